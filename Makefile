@@ -1,0 +1,34 @@
+# Two commands on a fresh machine:
+#   make demo   # creates .venv, installs everything, ingests corpora/nda, asks one NDA question
+#   make test   # creates .venv, installs everything, runs the test suite
+# llama-cpp-python compiles from source the first time (about 9 minutes on 2 cores);
+# pip caches the wheel, so later installs take seconds.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Portable CPU build (AVX2 baseline, within 5% of a native build), no multimodal library.
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
+STAMP := $(VENV)/.ragkit-installed
+DEMO_STORE ?= .ragkit-demo
+DEMO_QUESTION ?= How long do the confidentiality obligations survive after the agreement ends?
+
+.PHONY: demo test install bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/ragkit ingest corpora/nda --store $(DEMO_STORE)
+	$(VENV)/bin/ragkit ask "$(DEMO_QUESTION)" --store $(DEMO_STORE)
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(DEMO_STORE) .pytest_cache

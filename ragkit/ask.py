@@ -1,0 +1,132 @@
+"""`ask`: retrieve -> budgeted prompt -> local generation -> answer with citations.
+
+Usable from Python:
+
+    from ragkit.config import load_settings
+    from ragkit.ask import ask
+    result = ask("How long does confidentiality last?", load_settings(), docs=["nda.pdf"])
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ragkit.config import Settings
+from ragkit.embed import load_embedder
+from ragkit.errors import StoreError
+from ragkit.generate import Generation, load_generator
+from ragkit.ingest.pipeline import open_store
+from ragkit.retrieve.citations import Citation, extract, is_abstention
+from ragkit.retrieve.prompt import Prompt, PromptBuilder
+from ragkit.retrieve.search import dense_search, resolve_docs
+
+
+@dataclass
+class AskResult:
+    question: str
+    prompt: Prompt
+    answer: str = ""
+    citations: list[Citation] = field(default_factory=list)
+    invalid_citations: list[int] = field(default_factory=list)
+    abstained: bool = False
+    generation: Generation | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        g = self.generation or Generation()
+        return {
+            "answer": self.answer,
+            "citations": [c.to_json() for c in self.citations],
+            "invalid_citations": self.invalid_citations,
+            "abstained": self.abstained,
+            "usage": {
+                "prompt_tokens": len(self.prompt.ids),
+                "completion_tokens": g.completion_tokens,
+                "cached_tokens": g.cached_tokens,
+            },
+            "timings": {k: round(v, 4) for k, v in self.timings.items()},
+            "mode": self.prompt.mode,
+            "contexts": [c.to_json() for c in self.prompt.contexts],
+        }
+
+    def dry_run_json(self) -> dict:
+        p = self.prompt
+        return {
+            "prompt": p.text,
+            "prompt_tokens": len(p.ids),
+            "n_ctx": p.n_ctx,
+            "max_tokens": p.max_tokens,
+            "budget": p.budget,
+            "prefix_tokens": p.prefix_tokens,
+            "mode": p.mode,
+            "dropped": p.dropped,
+            "contexts": [
+                {"n": c.n, "doc": c.doc, "page": c.page_start, "section": c.section, "text": c.text, "tokens": c.tokens}
+                for c in p.contexts
+            ],
+        }
+
+
+def build_prompt(question: str, settings: Settings, docs: list[str] | None = None, *, generator=None) -> tuple[Prompt, dict]:
+    t0 = time.perf_counter()
+    embedder = load_embedder(settings)
+    store = open_store(settings, embedder, create=False)
+    records = store.documents()
+    if not records:
+        raise StoreError(f"the store at {settings.store_url or settings.store} holds no documents", hint="run `ragkit ingest PATH` first")
+    selected = resolve_docs(records, docs or [])
+    qvec = embedder.embed_query(question)
+    cands = dense_search(store, qvec, selected, settings.retrieve.candidates, per_doc=bool(docs))
+    whole = store.chunks(sorted({d.doc_id for d in selected})) if docs else None
+    t1 = time.perf_counter()
+    gen = generator or load_generator(settings, vocab_only=True)
+    builder = PromptBuilder(gen, n_ctx=settings.generator.n_ctx, max_tokens=settings.generator.max_tokens)
+    prompt = builder.build(question, cands[: max(settings.retrieve.top_k, 1) * 4], whole=whole, doc_order=[d.doc_id for d in selected])
+    if prompt.mode == "retrieved":
+        # keep at most top_k sources: every token of prefill costs time
+        prompt = _limit(builder, question, prompt, settings.retrieve.top_k)
+    t2 = time.perf_counter()
+    return prompt, {"retrieve_s": t1 - t0, "prompt_s": t2 - t1}
+
+
+def _limit(builder: PromptBuilder, question: str, prompt: Prompt, k: int) -> Prompt:
+    if len(prompt.contexts) <= k:
+        return prompt
+    from ragkit.store import Hit
+
+    best = sorted(prompt.contexts, key=lambda c: -c.score)[:k]
+    hits = [
+        Hit(id=c.chunk_id, text=c.text, score=c.score,
+            meta={"doc_name": c.doc, "doc_id": c.doc_id, "chunk_index": c.chunk_index, "section": c.section,
+                  "page_start": c.page_start, "page_end": c.page_end})
+        for c in best
+    ]
+    order = list(dict.fromkeys(c.doc_id for c in prompt.contexts))
+    return builder.build(question, hits, doc_order=order)
+
+
+def ask(
+    question: str,
+    settings: Settings,
+    docs: list[str] | None = None,
+    *,
+    dry_run: bool = False,
+    on_text: Callable[[str], None] | None = None,
+) -> AskResult:
+    generator = None if dry_run else load_generator(settings)
+    t0 = time.perf_counter()
+    prompt, timings = build_prompt(question, settings, docs, generator=generator)
+    result = AskResult(question=question, prompt=prompt, timings=timings)
+    if dry_run:
+        return result
+    gen = generator.generate(prompt.ids, max_tokens=settings.generator.max_tokens, on_text=on_text)
+    result.generation = gen
+    result.answer = gen.text.strip()
+    result.citations, result.invalid_citations = extract(result.answer, prompt.contexts)
+    result.abstained = is_abstention(result.answer)
+    result.timings["generate_s"] = gen.total_s
+    result.timings["ttft_s"] = gen.ttft_s
+    result.timings["total_s"] = time.perf_counter() - t0
+    return result

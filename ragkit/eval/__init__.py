@@ -1,0 +1,1 @@
+"""Evaluation: labelled sets, batch runs, metrics and reports (see eval/README.md)."""

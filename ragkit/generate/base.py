@@ -1,0 +1,75 @@
+"""The generator protocol. A new engine is one class that implements it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Protocol, runtime_checkable
+
+from ragkit.config import Settings
+
+
+@dataclass
+class Generation:
+    text: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    ttft_s: float = 0.0  # time to first token
+    total_s: float = 0.0
+    finish_reason: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+@runtime_checkable
+class Generator(Protocol):
+    name: str
+    n_ctx: int
+    chat_template: str  # Jinja source
+
+    def tokenize(self, text: str, *, special: bool, add_bos: bool = False) -> list[int]: ...
+
+    def detokenize(self, ids: list[int]) -> str: ...
+
+    def special_token_ids(self) -> set[int]: ...
+
+    def generate(
+        self, prompt_ids: list[int], *, max_tokens: int, on_text: Callable[[str], None] | None = None
+    ) -> Generation: ...
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    return sum(vals), idle
+
+
+def free_threads(sample_s: float = 0.25) -> int:
+    """Threads from the free cores, not the core count: on a shared 2-core machine two
+    threads collapsed generation when another process was busy, one thread held.
+    Busy cores are sampled from /proc/stat over a short window (the load average lags
+    by a minute and counts our own earlier work)."""
+    import time
+
+    n = os.cpu_count() or 1
+    a = _cpu_times()
+    if a is None:
+        return n
+    time.sleep(sample_s)
+    b = _cpu_times()
+    if b is None or b[0] == a[0]:
+        return n
+    busy = n * (1.0 - (b[1] - a[1]) / (b[0] - a[0]))
+    return max(1, min(n, n - int(busy + 0.35)))
+
+
+def load_generator(settings: Settings, *, vocab_only: bool = False) -> "Generator":
+    if settings.generator.backend == "llama_cpp":
+        from ragkit.generate.llama import LlamaCppGenerator
+
+        return LlamaCppGenerator.from_settings(settings, vocab_only=vocab_only)
+    raise ValueError(f"unknown generator backend {settings.generator.backend!r}")

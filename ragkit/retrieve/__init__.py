@@ -1,0 +1,1 @@
+"""Retrieve: find the sections that answer a question and pack them into a budgeted prompt."""

@@ -1,0 +1,268 @@
+"""The vector store: Chroma, embedded (PersistentClient) by default or a Chroma server.
+
+Two collections:
+- `<name>`: one record per chunk (embedding, text, metadata);
+- `<name>-docs`: one record per document (the manifest). Writing a document's record is
+  the commit point of its ingest: readers only see chunks whose `doc_id` (content hash)
+  a document record points to, so a reader sees the old or the new version, never a mix,
+  and chunks left behind by a crash are invisible until `gc()` removes them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Protocol
+
+from ragkit import __version__
+from ragkit.errors import StoreError, StoreLocked
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class DocRecord:
+    key: str  # stable key: absolute path of the source file
+    doc_id: str  # content hash of the current version
+    name: str  # file name shown in citations
+    path: str
+    sha256: str
+    n_chunks: int
+    n_sections: int
+    n_pages: int | None
+    ingested_at: float
+
+    def to_meta(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if v is not None and k != "key"}
+        return d
+
+    @classmethod
+    def from_meta(cls, key: str, m: dict[str, Any]) -> "DocRecord":
+        return cls(
+            key=key,
+            doc_id=m["doc_id"],
+            name=m["name"],
+            path=m["path"],
+            sha256=m["sha256"],
+            n_chunks=int(m["n_chunks"]),
+            n_sections=int(m.get("n_sections", 0)),
+            n_pages=m.get("n_pages"),
+            ingested_at=float(m.get("ingested_at", 0)),
+        )
+
+
+@dataclass
+class Hit:
+    id: str
+    text: str
+    meta: dict[str, Any]
+    score: float  # higher is better
+
+
+class VectorStore(Protocol):
+    def documents(self) -> list[DocRecord]: ...
+    def add_chunks(self, ids: list[str], embeddings: list[list[float]], texts: list[str], metas: list[dict]) -> None: ...
+    def commit_document(self, record: DocRecord) -> None: ...
+    def remove_document(self, key: str) -> DocRecord | None: ...
+    def query(self, embedding: list[float], k: int, doc_ids: list[str]) -> list[Hit]: ...
+    def chunks(self, doc_ids: list[str]) -> list[Hit]: ...
+    def gc(self) -> int: ...
+    def count(self) -> int: ...
+
+
+class ChromaStore:
+    def __init__(self, path: Path, *, url: str | None, collection: str, embedder_name: str, dim: int, create: bool):
+        import chromadb
+        from chromadb.config import Settings as ChromaSettings
+
+        self.path = path
+        chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
+        try:
+            if url:
+                from urllib.parse import urlparse
+
+                u = urlparse(url)
+                self.client = chromadb.HttpClient(
+                    host=u.hostname or "127.0.0.1", port=u.port or 8000, ssl=u.scheme == "https", settings=chroma_settings
+                )
+                self.client.heartbeat()
+            else:
+                if not create and not (path / "chroma").exists():
+                    raise StoreError(f"no ragkit store at {path}", hint="run `ragkit ingest PATH` first, or pass --store")
+                path.mkdir(parents=True, exist_ok=True)
+                self.client = chromadb.PersistentClient(path=str(path / "chroma"), settings=chroma_settings)
+        except StoreError:
+            raise
+        except Exception as exc:  # connection refused, bad sqlite file...
+            where = url or str(path)
+            raise StoreError(f"cannot open the Chroma store at {where}: {str(exc).splitlines()[0][:200]}") from None
+        self.name = collection
+        identity = {"embedder": embedder_name, "dim": dim, "schema": SCHEMA_VERSION, "ragkit": __version__}
+        try:
+            existing = {c.name if hasattr(c, "name") else c for c in self.client.list_collections()}
+        except Exception as exc:
+            raise StoreError(f"cannot list collections: {exc}") from None
+        if collection in existing:
+            self.col = self.client.get_collection(collection, embedding_function=None)
+            self._check_identity(self.col.metadata or {}, identity)
+        elif create:
+            self.col = self.client.create_collection(
+                collection, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}, metadata=identity
+            )
+        else:
+            raise StoreError(f"the store at {url or path} has no collection {collection!r}", hint="run `ragkit ingest` first")
+        self.docs = self.client.get_or_create_collection(
+            f"{collection}-docs", embedding_function=None, metadata={"schema": SCHEMA_VERSION}
+        )
+
+    def _check_identity(self, have: dict, want: dict) -> None:
+        if have.get("schema", SCHEMA_VERSION) > SCHEMA_VERSION:
+            raise StoreError(
+                f"this store was written by a newer ragkit (schema {have.get('schema')}, ragkit {have.get('ragkit')}); "
+                f"this ragkit {__version__} reads schema {SCHEMA_VERSION}",
+                hint="upgrade ragkit",
+            )
+        if have.get("schema", SCHEMA_VERSION) < SCHEMA_VERSION:
+            raise StoreError(f"this store uses an old schema {have.get('schema')}", hint="re-ingest into a new --store")
+        if have.get("embedder") != want["embedder"] or int(have.get("dim", -1)) != want["dim"]:
+            raise StoreError(
+                f"this store was built with embedder {have.get('embedder')!r} ({have.get('dim')}-dim), "
+                f"but the settings use {want['embedder']!r} ({want['dim']}-dim); vectors of two models cannot be mixed",
+                hint=f"set embed.model = {have.get('embedder')!r}, or ingest into another --store",
+            )
+
+    # ------------------------------------------------------------ documents
+
+    def documents(self) -> list[DocRecord]:
+        got = self.docs.get(include=["metadatas"])
+        recs = [DocRecord.from_meta(i, m) for i, m in zip(got["ids"], got["metadatas"] or [])]
+        return sorted(recs, key=lambda r: (r.name, r.key))
+
+    def commit_document(self, record: DocRecord) -> None:
+        """The commit point: one upsert of one record."""
+        self.docs.upsert(ids=[record.key], embeddings=[[0.0]], metadatas=[record.to_meta()])
+
+    def remove_document(self, key: str) -> DocRecord | None:
+        got = self.docs.get(ids=[key], include=["metadatas"])
+        if not got["ids"]:
+            return None
+        rec = DocRecord.from_meta(key, got["metadatas"][0])
+        self.docs.delete(ids=[key])
+        self._delete_unreferenced([rec.doc_id])
+        return rec
+
+    # ------------------------------------------------------------ chunks
+
+    def add_chunks(self, ids, embeddings, texts, metas) -> None:
+        for i in range(0, len(ids), 1000):
+            self.col.upsert(
+                ids=ids[i : i + 1000],
+                embeddings=embeddings[i : i + 1000],
+                documents=texts[i : i + 1000],
+                metadatas=[{k: v for k, v in m.items() if v is not None} for m in metas[i : i + 1000]],
+            )
+
+    def has_chunks(self, doc_id: str) -> int:
+        got = self.col.get(where={"doc_id": doc_id}, include=[])
+        return len(got["ids"])
+
+    def _delete_unreferenced(self, doc_ids: list[str]) -> None:
+        live = {r.doc_id for r in self.documents()}
+        for d in doc_ids:
+            if d not in live:
+                self.col.delete(where={"doc_id": d})
+
+    def gc(self) -> int:
+        """Remove chunks no document record points to (left by an interrupted ingest)."""
+        live = {r.doc_id for r in self.documents()}
+        got = self.col.get(include=["metadatas"])
+        dead = sorted({m["doc_id"] for m in got["metadatas"] or [] if m.get("doc_id") not in live})
+        n = 0
+        for d in dead:
+            n += sum(1 for m in got["metadatas"] if m.get("doc_id") == d)
+            self.col.delete(where={"doc_id": d})
+        return n
+
+    def count(self) -> int:
+        return self.col.count()
+
+    @staticmethod
+    def _where(doc_ids: list[str]) -> dict:
+        return {"doc_id": doc_ids[0]} if len(doc_ids) == 1 else {"doc_id": {"$in": doc_ids}}
+
+    def query(self, embedding: list[float], k: int, doc_ids: list[str]) -> list[Hit]:
+        if not doc_ids:
+            return []
+        res = self.col.query(
+            query_embeddings=[embedding], n_results=k, where=self._where(doc_ids),
+            include=["documents", "metadatas", "distances"],
+        )
+        return [
+            Hit(id=i, text=t, meta=m, score=1.0 - d)
+            for i, t, m, d in zip(res["ids"][0], res["documents"][0], res["metadatas"][0], res["distances"][0])
+        ]
+
+    def chunks(self, doc_ids: list[str]) -> list[Hit]:
+        if not doc_ids:
+            return []
+        got = self.col.get(where=self._where(doc_ids), include=["documents", "metadatas"])
+        hits = [Hit(id=i, text=t, meta=m, score=0.0) for i, t, m in zip(got["ids"], got["documents"], got["metadatas"])]
+        return sorted(hits, key=lambda h: (h.meta.get("doc_id", ""), int(h.meta.get("chunk_index", 0))))
+
+
+class WriteLock:
+    """One writer per store. A second writer gets a clear message instead of waiting forever."""
+
+    def __init__(self, path: Path, wait_s: float = 0.0):
+        self.path = path
+        self.wait_s = wait_s
+        self.fd: int | None = None
+
+    def __enter__(self) -> "WriteLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = ""
+                    try:
+                        info = json.loads(os.pread(self.fd, 4096, 0) or b"{}")
+                        holder = f" (pid {info.get('pid')})"
+                    except (ValueError, OSError):
+                        pass
+                    os.close(self.fd)
+                    self.fd = None
+                    raise StoreLocked(
+                        f"another ragkit process{holder} is writing to this store ({self.path.parent})",
+                        hint="wait for it to finish, or use --wait SECONDS",
+                    ) from None
+                time.sleep(0.2)
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, json.dumps({"pid": os.getpid(), "since": time.time()}).encode(), 0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def lock_path(store: Path, url: str | None, collection: str, cache_dir: Path) -> Path:
+    if url:
+        safe = "".join(c if c.isalnum() else "_" for c in f"{url}_{collection}")
+        return cache_dir / "locks" / f"{safe}.lock"
+    return store / "ingest.lock"
+
+
+def iter_batches(items: list, n: int) -> Iterator[list]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]

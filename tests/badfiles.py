@@ -1,0 +1,66 @@
+"""Generate malformed input files, each a different kind of user mistake."""
+
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+from pathlib import Path
+
+
+def make_bad_files(folder: Path, good_pdf: Path, good_docx: Path) -> dict[str, str]:
+    """Write the files; return {file name: a word the error must contain}."""
+    import pypdf
+
+    folder.mkdir(parents=True, exist_ok=True)
+    expect: dict[str, str] = {}
+
+    def put(name: str, data: bytes, word: str) -> None:
+        (folder / name).write_bytes(data)
+        expect[name] = word
+
+    put("empty.pdf", b"", "empty")
+    put("empty.docx", b"", "empty")
+    put("empty.txt", b"", "empty")
+    put("page.html.pdf", b"<!DOCTYPE html><html><body>Not a PDF</body></html>", "HTML")
+    put("random.pdf", os.urandom(4096).replace(b"%PDF", b"xxxx"), "not a PDF")
+    data = good_pdf.read_bytes()
+    put("truncated.pdf", data[: len(data) // 3], "PDF")
+    corrupted = bytearray(data)
+    for i in range(200, len(corrupted) - 200, 97):
+        corrupted[i] = (corrupted[i] * 7 + 13) % 256
+    put("corrupted.pdf", bytes(corrupted), "PDF")
+    # encrypted with an unknown password
+    writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(str(good_pdf)))
+    writer.encrypt(user_password="secret-user", owner_password="secret-owner")
+    buf = io.BytesIO()
+    writer.write(buf)
+    put("encrypted.pdf", buf.getvalue(), "encrypted")
+    # no text layer (what a scan looks like to a text extractor)
+    blank = pypdf.PdfWriter()
+    blank.add_blank_page(width=612, height=792)
+    buf = io.BytesIO()
+    blank.write(buf)
+    put("scanned.pdf", buf.getvalue(), "no text layer")
+    put("notzip.docx", b"This is plain text saved with a .docx name.\n" * 20, "not a DOCX")
+    put("html.docx", b"<html><body>hello</body></html>", "HTML")
+    # a zip that is not a Word document
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("hello.txt", "hi")
+    put("otherzip.docx", buf.getvalue(), "word/document.xml")
+    # zip bomb: a real DOCX plus a member that inflates far beyond the limit
+    buf = io.BytesIO()
+    with zipfile.ZipFile(good_docx) as src, zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for item in src.infolist():
+            zf.writestr(item, src.read(item.filename))
+        zf.writestr("word/media/bomb.bin", b"\0" * (400 * 1024 * 1024))
+    put("bomb.docx", buf.getvalue(), "zip bomb")
+    # truncated DOCX (zip directory cut off)
+    d = good_docx.read_bytes()
+    put("truncated.docx", d[: len(d) // 2], "DOCX")
+    put("latin1.txt", "Vertraulichkeit für fünf Jahre, Gerichtsstand München.\n".encode("latin-1"), "UTF-8")
+    put("binary.txt", bytes(range(256)) * 8, "binary")
+    put("only-spaces.md", b"   \n\n  \t \n", "no text")
+    put("notes.xyz", b"some text", "unsupported")
+    return expect

@@ -1,0 +1,90 @@
+"""Shared fixtures. Everything here runs on the real path: the real embedder from its
+PyPI package, a real Chroma store, the real default GGUF model through llama-cpp-python."""
+
+from __future__ import annotations
+
+import ipaddress
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+import ragkit  # noqa: F401  (offline switches)
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPORA = ROOT / "corpora" / "nda"
+SHARED = ROOT.parent / "shared" / "corpora"
+
+CONNECT_ATTEMPTS: list[tuple] = []
+
+
+def _is_local(address) -> bool:
+    if isinstance(address, (str, bytes)):  # AF_UNIX path
+        return True
+    host = address[0]
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _guarded_connect(self, address):
+    CONNECT_ATTEMPTS.append((self.family, address))
+    if not _is_local(address):
+        raise OSError(f"ragkit tests: outbound connection to {address!r} blocked")
+    return _real_connect(self, address)
+
+
+def _guarded_connect_ex(self, address):
+    CONNECT_ATTEMPTS.append((self.family, address))
+    if not _is_local(address):
+        raise OSError(f"ragkit tests: outbound connection to {address!r} blocked")
+    return _real_connect_ex(self, address)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_outbound_network():
+    """The whole suite runs with non-loopback connects failing, so nothing can phone home."""
+    socket.socket.connect = _guarded_connect
+    socket.socket.connect_ex = _guarded_connect_ex
+    yield CONNECT_ATTEMPTS
+    socket.socket.connect = _real_connect
+    socket.socket.connect_ex = _real_connect_ex
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> Path:
+    """A private copy of the sample NDAs (tests may add or change files in their own copies)."""
+    dst = tmp_path_factory.mktemp("corpus") / "nda"
+    shutil.copytree(CORPORA, dst)
+    for p in dst.iterdir():
+        p.chmod(0o644)
+    return dst
+
+
+def make_settings(store: Path, **generator):
+    from ragkit.config import load_settings
+
+    gen = {"n_ctx": 2048, "max_tokens": 96}
+    gen.update(generator)
+    return load_settings(store=store, generator=gen)
+
+
+@pytest.fixture(scope="session")
+def nda_store(tmp_path_factory, corpus):
+    """The sample NDAs ingested once into a real Chroma store."""
+    from ragkit.ingest import ingest
+
+    store = tmp_path_factory.mktemp("store") / "ragkit"
+    settings = make_settings(store)
+    report = ingest([corpus], settings)
+    assert report.failed == []
+    assert report.added == len(list(corpus.iterdir()))
+    return settings

@@ -1,0 +1,95 @@
+"""ask on the real path: real store, real embedder, the real default GGUF model generating."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ragkit.ask import ask
+from ragkit.cli import app
+from ragkit.errors import UsageError
+
+runner = CliRunner()
+QUESTION = "How long do the confidentiality obligations survive after the agreement ends?"
+
+
+def test_ask_answers_from_one_document_with_citations(nda_store, no_outbound_network):
+    before = len(no_outbound_network)
+    r = ask(QUESTION, nda_store, docs=["ai-osi-stack-mutual-nda"])
+    assert len(no_outbound_network) == before, f"sockets opened during ask: {no_outbound_network[before:]}"
+    assert r.prompt.mode == "whole"  # this NDA fits the budget, so it goes in whole
+    assert {c.doc for c in r.prompt.contexts} == {"ai-osi-stack-mutual-nda.md"}
+    assert r.answer and r.generation.completion_tokens > 0
+    assert len(r.prompt.ids) + nda_store.generator.max_tokens <= nda_store.generator.n_ctx
+    # grounded: the answer states the survival period of clause 7.2 and cites the document
+    assert "three" in r.answer.lower() or "3" in r.answer
+    assert r.citations and all(c.doc == "ai-osi-stack-mutual-nda.md" for c in r.citations)
+    assert all(c.quote and c.quote in next(x.text for x in r.prompt.contexts if x.n == c.n) for c in r.citations)
+
+
+def test_follow_up_reuses_the_cached_prefix(nda_store):
+    ask(QUESTION, nda_store, docs=["ai-osi-stack-mutual-nda"])
+    r2 = ask("Which law governs this agreement?", nda_store, docs=["ai-osi-stack-mutual-nda"])
+    assert r2.prompt.mode == "whole"
+    assert r2.generation.cached_tokens >= 0.9 * r2.prompt.prefix_tokens
+    assert r2.generation.cached_tokens >= 0.8 * len(r2.prompt.ids)
+
+
+def test_cli_ask_json_contract(nda_store):
+    res = runner.invoke(app, ["ask", QUESTION, "--store", str(nda_store.store), "--doc", "cnli_dev_019.pdf", "--json"],
+                        env={"RAGKIT_GENERATOR__N_CTX": "2048", "RAGKIT_GENERATOR__MAX_TOKENS": "96"})
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert set(out) >= {"answer", "citations", "usage", "timings"}
+    assert isinstance(out["answer"], str) and out["answer"]
+    assert set(out["usage"]) == {"prompt_tokens", "completion_tokens", "cached_tokens"}
+    assert set(out["timings"]) >= {"retrieve_s", "prompt_s", "generate_s"}
+    assert out["usage"]["prompt_tokens"] + 96 <= 2048
+    for c in out["citations"]:
+        assert set(c) >= {"doc", "page", "section", "quote"}
+        assert c["doc"] == "cnli_dev_019.pdf" and c["page"] in (1, 2)
+
+
+def test_cli_dry_run_json_contract(nda_store):
+    res = runner.invoke(app, ["ask", "Which law governs?", "--store", str(nda_store.store), "--dry-run", "--json"],
+                        env={"RAGKIT_GENERATOR__N_CTX": "1024", "RAGKIT_GENERATOR__MAX_TOKENS": "128"})
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert {"prompt", "prompt_tokens", "n_ctx", "max_tokens", "contexts"} <= set(out)
+    assert out["n_ctx"] == 1024 and out["max_tokens"] == 128
+    assert out["prompt_tokens"] + 128 <= 1024
+    assert out["contexts"], "some sources fit"
+    for c in out["contexts"]:
+        assert set(c) >= {"doc", "page", "section", "text", "tokens"}
+        assert c["text"] in out["prompt"]
+    assert out["prompt"].rstrip().endswith("assistant")  # the generation prompt closes the template
+
+
+def test_unknown_doc_is_a_usage_error(nda_store):
+    with pytest.raises(UsageError, match="no ingested document"):
+        ask("x?", nda_store, docs=["nope.pdf"], dry_run=True)
+    res = runner.invoke(app, ["ask", "x?", "--store", str(nda_store.store), "--doc", "nope.pdf", "--dry-run"])
+    assert res.exit_code == 2
+    assert "no ingested document matches --doc 'nope.pdf'" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_cli_docs_and_ingest_json(nda_store, tmp_path):
+    res = runner.invoke(app, ["docs", "--store", str(nda_store.store), "--json"])
+    assert res.exit_code == 0, res.output
+    docs = json.loads(res.stdout)
+    assert {d["name"] for d in docs} >= {"cnli_dev_019.pdf", "bonterms-mutual-nda-v1.pdf"}
+    assert all(d["chunks"] > 0 and d["sections"] > 0 for d in docs)
+
+    bad = tmp_path / "broken.pdf"
+    bad.write_bytes(b"%PDF-1.4\n garbage")
+    res = runner.invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s"), "--json"])
+    assert res.exit_code == 1
+    out = json.loads(res.stdout)
+    assert out == {"added": 0, "updated": 0, "unchanged": 0, "failed": [{"path": str(bad), "error": out["failed"][0]["error"]}], "chunks": 0, "removed": 0}
+    assert "PDF" in out["failed"][0]["error"]
+
+    res = runner.invoke(app, ["ask", "x?", "--store", str(tmp_path / "none")])
+    assert res.exit_code == 4 and "no ragkit store" in res.output
