@@ -256,6 +256,22 @@ def docs_rm(
                 err.print(f"removed {r.name}", highlight=False)
 
 
+def _register_commands() -> None:
+    import importlib
+    import pkgutil
+
+    import ragkit.commands as commands
+
+    for mod in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"ragkit.commands.{mod.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(app)
+
+
+_register_commands()
+
+
 def main() -> None:
     try:
         app()

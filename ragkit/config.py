@@ -42,7 +42,7 @@ class RetrieveSettings(BaseModel):
 
 
 class GeneratorSettings(BaseModel):
-    backend: Literal["llama_cpp"] = "llama_cpp"
+    backend: Literal["llama_cpp", "openai"] = "llama_cpp"
     model: str = Field("qwen2.5-coder-0.5b", description="registry name or a path to a GGUF (first shard of a split)")
     chat_template: str | None = Field(
         None, description="template file in prompts/chat (e.g. kimi-k2) or a path; None = the GGUF's own"
@@ -61,6 +61,19 @@ class GeneratorSettings(BaseModel):
     use_mmap: bool = True
     use_mlock: bool = False
     verbose: bool = False
+    # llama.cpp tensor buffer-type overrides, "PATTERN=BUFFER" (e.g. ".ffn_.*_exps.=CPU")
+    tensor_overrides: list[str] = Field(default_factory=list)
+    type_k: Literal["f16", "q8_0", "q4_0"] | None = None
+    type_v: Literal["f16", "q8_0", "q4_0"] | None = None
+    flash_attn: bool = False
+    # OpenAI-compatible engine (llama-server, vLLM, SGLang) when backend = "openai"
+    base_url: str | None = None
+    api_key: str | None = None
+    remote_model: str | None = Field(None, description="model name to send to the engine")
+    timeout_s: float = 600.0
+    retries: int = 3
+    # projected prefill rate for cost reports (published llama.cpp hybrid Kimi K2 figure)
+    prompt_rate_tok_s: float = 106.0
 
 
 # Profiles set generator defaults for a kind of machine. Values the user sets in
@@ -80,6 +93,8 @@ PROFILES: dict[str, dict[str, Any]] = {
             "n_batch": 4096,
             "n_ubatch": 4096,
             "use_mmap": False,
+            "tensor_overrides": [".ffn_.*_exps.=CPU"],
+            "flash_attn": True,
         }
     },
 }
