@@ -20,7 +20,7 @@ from ragkit.generate import Generation, load_generator
 from ragkit.ingest.pipeline import open_store
 from ragkit.retrieve.citations import Citation, extract, is_abstention
 from ragkit.retrieve.prompt import Prompt, PromptBuilder
-from ragkit.retrieve.search import dense_search, resolve_docs
+from ragkit.retrieve.search import hybrid_search, rerank, resolve_docs
 
 
 @dataclass
@@ -73,20 +73,37 @@ def build_prompt(question: str, settings: Settings, docs: list[str] | None = Non
     t0 = time.perf_counter()
     embedder = load_embedder(settings)
     store = open_store(settings, embedder, create=False)
-    records = store.documents()
-    if not records:
-        raise StoreError(f"the store at {settings.store_url or settings.store} holds no documents", hint="run `ragkit ingest PATH` first")
-    selected = resolve_docs(records, docs or [])
-    qvec = embedder.embed_query(question)
-    cands = dense_search(store, qvec, selected, settings.retrieve.candidates, per_doc=bool(docs))
-    whole = store.chunks(sorted({d.doc_id for d in selected})) if docs else None
+    rs = settings.retrieve
+    qvec = embedder.embed_query(question) if rs.mode in ("hybrid", "dense") else None
+    # Optimistic read: a writer commits a document by replacing its record, then deletes
+    # the old version's chunks. If the records changed while we read, read again, so
+    # the sources come from one version of each document (the old or the new, never a mix).
+    for _attempt in range(5):
+        records = store.documents()
+        if not records:
+            raise StoreError(f"the store at {settings.store_url or settings.store} holds no documents", hint="run `ragkit ingest PATH` first")
+        selected = resolve_docs(records, docs or [])
+        lexical = None
+        if rs.mode in ("hybrid", "bm25"):
+            from ragkit.retrieve import bm25
+
+            folder = bm25.index_dir(settings.store, settings.store_url, settings.collection, settings.cache_dir)
+            lexical = bm25.open_index(store, folder, [r.doc_id for r in records])
+        cands = hybrid_search(
+            store, question, qvec, selected, rs.candidates, mode=rs.mode, lexical=lexical, rrf_k=rs.rrf_k, per_doc=bool(docs)
+        )
+        whole = store.chunks(sorted({d.doc_id for d in selected})) if docs else None
+        if [(r.key, r.doc_id) for r in store.documents()] == [(r.key, r.doc_id) for r in records]:
+            break
+    if rs.reranker:
+        cands = rerank(question, cands, rs.reranker, rs.rerank_candidates)
     t1 = time.perf_counter()
     gen = generator or load_generator(settings, vocab_only=True)
     builder = PromptBuilder(gen, n_ctx=settings.generator.n_ctx, max_tokens=settings.generator.max_tokens)
-    prompt = builder.build(question, cands[: max(settings.retrieve.top_k, 1) * 4], whole=whole, doc_order=[d.doc_id for d in selected])
+    prompt = builder.build(question, cands[: max(rs.top_k, 1) * 4], whole=whole, doc_order=[d.doc_id for d in selected])
     if prompt.mode == "retrieved":
         # keep at most top_k sources: every token of prefill costs time
-        prompt = _limit(builder, question, prompt, settings.retrieve.top_k)
+        prompt = _limit(builder, question, prompt, rs.top_k)
     t2 = time.perf_counter()
     return prompt, {"retrieve_s": t1 - t0, "prompt_s": t2 - t1}
 

@@ -245,6 +245,9 @@ def docs_rm(
             st = open_store(settings, embedder, create=False)
             recs = resolve_docs(st.documents(), names)
             removed = [st.remove_document(r.key) for r in recs]
+            from ragkit.ingest.pipeline import sync_lexical_index
+
+            sync_lexical_index(st, settings)
     except RagkitError as exc:
         _fail(exc, as_json)
         return

@@ -37,8 +37,12 @@ class IngestSettings(BaseModel):
 
 
 class RetrieveSettings(BaseModel):
+    mode: Literal["hybrid", "dense", "bm25"] = "hybrid"
     top_k: int = 8
     candidates: int = 40
+    rrf_k: int = 60
+    reranker: str | None = Field(None, description="path to a sentence-transformers CrossEncoder; off by default")
+    rerank_candidates: int = 30
 
 
 class GeneratorSettings(BaseModel):

@@ -32,28 +32,48 @@ class LlamaCppGenerator:
     def __init__(self, model_path: Path, cfg: GeneratorSettings, *, vocab_only: bool = False, name: str | None = None):
         from llama_cpp import Llama
 
+        from ragkit.generate.gguf_files import check_shards, read_header
+        from ragkit.generate.overrides import TensorOverrides, cache_kwargs, capture_llama_log, model_params_patch, overridden_tensors
+
         self.name = name or model_path.name
         self.model_path = model_path
         self.cfg = cfg
         self.vocab_only = vocab_only
+        # llama.cpp reports a missing shard, a non-first shard or a truncated file only as
+        # "Failed to load model from file": check first and name the file.
+        self.shards = check_shards(model_path)
+        header = read_header(self.shards[0])
+        is_mla = bool(header.key("attention.key_length_mla")) and bool(header.key("attention.value_length_mla"))
+        extra = {} if vocab_only else cache_kwargs(
+            cfg, is_mla=is_mla, key_length=header.key("attention.key_length"), value_length=header.key("attention.value_length")
+        )
+        # Kept on self: llama.cpp holds pointers into this array while the model lives.
+        self._overrides = TensorOverrides.build(cfg.tensor_overrides) if not vocab_only else TensorOverrides([])
         threads = cfg.n_threads or free_threads()
         try:
-            self.llm = Llama(
-                model_path=str(model_path),
-                n_ctx=cfg.n_ctx,
-                n_threads=threads,
-                n_threads_batch=threads,
-                n_batch=min(cfg.n_batch, cfg.n_ctx),
-                n_ubatch=min(cfg.n_ubatch, cfg.n_batch, cfg.n_ctx),
-                n_gpu_layers=cfg.n_gpu_layers,
-                use_mmap=cfg.use_mmap,
-                use_mlock=cfg.use_mlock,
-                seed=cfg.seed,
-                vocab_only=vocab_only,
-                verbose=cfg.verbose,
-            )
+            with model_params_patch(self._overrides), capture_llama_log() as log:
+                self.llm = Llama(
+                    model_path=str(model_path),
+                    n_ctx=cfg.n_ctx,
+                    n_threads=threads,
+                    n_threads_batch=threads,
+                    n_batch=min(cfg.n_batch, cfg.n_ctx),
+                    n_ubatch=min(cfg.n_ubatch, cfg.n_batch, cfg.n_ctx),
+                    n_gpu_layers=cfg.n_gpu_layers,
+                    use_mmap=cfg.use_mmap,
+                    use_mlock=cfg.use_mlock,
+                    seed=cfg.seed,
+                    vocab_only=vocab_only,
+                    verbose=cfg.verbose,
+                    **extra,
+                )
         except ValueError as exc:  # llama-cpp-python reports every load failure this way
-            raise ModelNotFound(f"cannot load GGUF {model_path}: {exc}") from None
+            errors = [t.strip() for lvl, t in log if lvl == 4 and t.strip()]  # GGML_LOG_LEVEL_ERROR (ggml.h)
+            why = f" ({errors[-1]})" if errors else ""
+            raise ModelNotFound(f"cannot load GGUF {model_path}: {exc}{why}") from None
+        # tensor name -> buffer type, for every tensor a tensor override placed
+        self.overridden = overridden_tensors(log)
+        self.llm._ragkit_overrides = self._overrides  # lives exactly as long as the model
         self.n_ctx = cfg.n_ctx
         self.chat_template = chat_template_source(cfg.chat_template, self.llm.metadata)
 

@@ -224,4 +224,12 @@ def ingest(
                     store.remove_document(rec.key)
                     report.removed += 1
                     emit("pruned", {"path": rec.key})
+        sync_lexical_index(store, settings)
     return report
+
+
+def sync_lexical_index(store: ChromaStore, settings: Settings) -> None:
+    """Bring the BM25 index in line with the store (under the write lock)."""
+    from ragkit.retrieve import bm25
+
+    bm25.refresh(store, bm25.index_dir(settings.store, settings.store_url, settings.collection, settings.cache_dir))

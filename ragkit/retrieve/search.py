@@ -49,3 +49,85 @@ def dense_search(store, query_vec: list[float], docs: list[DocRecord], k: int, *
             if rank < len(lst):
                 out.append(lst[rank])
     return out
+
+
+def _get_hits(store, ids: list[str]) -> dict[str, Hit]:
+    if not ids:
+        return {}
+    got = store.col.get(ids=ids, include=["documents", "metadatas"])
+    return {i: Hit(id=i, text=t, meta=m, score=0.0) for i, t, m in zip(got["ids"], got["documents"], got["metadatas"])}
+
+
+def hybrid_search(
+    store,
+    query: str,
+    query_vec: list[float] | None,
+    docs: list[DocRecord],
+    k: int,
+    *,
+    mode: str = "hybrid",
+    lexical=None,
+    rrf_k: int = 60,
+    per_doc: bool = False,
+) -> list[Hit]:
+    """Dense (Chroma) and BM25 rankings fused by reciprocal rank fusion. With `per_doc`,
+    each document is searched on its own and the fused lists interleaved by rank, so
+    every named document is represented."""
+    from ragkit.retrieve.bm25 import rrf
+
+    groups = [[d] for d in docs] if (per_doc and len(docs) > 1) else [docs]
+    per = k if len(groups) == 1 else max(2, -(-k // len(groups)))
+    fused_lists: list[list[Hit]] = []
+    for group in groups:
+        doc_ids = sorted({d.doc_id for d in group})
+        rankings: list[list[str]] = []
+        dense: list[Hit] = []
+        if mode in ("hybrid", "dense") and query_vec is not None:
+            dense = store.query(query_vec, per, doc_ids)
+            rankings.append([h.id for h in dense])
+        lex: list[tuple[str, float]] = []
+        if mode in ("hybrid", "bm25") and lexical is not None:
+            lex = lexical.search(query, per, doc_ids)
+            rankings.append([i for i, _ in lex])
+        fused = rrf(rankings, rrf_k)[:per]
+        known = {h.id: h for h in dense}
+        missing = [i for i, _ in fused if i not in known]
+        known.update(_get_hits(store, missing))
+        out = []
+        for i, score in fused:
+            h = known.get(i)
+            if h is not None:
+                out.append(Hit(id=h.id, text=h.text, meta=h.meta, score=score))
+        fused_lists.append(out)
+    if len(fused_lists) == 1:
+        return fused_lists[0]
+    merged: list[Hit] = []
+    for rank in range(per):
+        for lst in fused_lists:
+            if rank < len(lst):
+                merged.append(lst[rank])
+    return merged
+
+
+_RERANKERS: dict[str, object] = {}
+
+
+def rerank(query: str, hits: list[Hit], model_path: str, top: int) -> list[Hit]:
+    """Reorder the first `top` hits with a local sentence-transformers CrossEncoder."""
+    from ragkit.errors import ConfigError
+
+    if model_path not in _RERANKERS:
+        p = Path(model_path).expanduser()
+        if not p.exists():
+            raise ConfigError(f"reranker model not found at {p}", hint="retrieve.reranker must be a local CrossEncoder folder")
+        from sentence_transformers import CrossEncoder
+
+        _RERANKERS[model_path] = CrossEncoder(str(p), device="cpu", local_files_only=True)
+    model = _RERANKERS[model_path]
+    head, tail = hits[:top], hits[top:]
+    if not head:
+        return hits
+    scores = model.predict([(query, h.text) for h in head], show_progress_bar=False)
+    order = sorted(range(len(head)), key=lambda i: -float(scores[i]))
+    reranked = [Hit(id=head[i].id, text=head[i].text, meta=head[i].meta, score=float(scores[i])) for i in order]
+    return reranked + tail
