@@ -72,4 +72,8 @@ def load_generator(settings: Settings, *, vocab_only: bool = False) -> "Generato
         from ragkit.generate.llama import LlamaCppGenerator
 
         return LlamaCppGenerator.from_settings(settings, vocab_only=vocab_only)
+    if settings.generator.backend == "openai":
+        from ragkit.generate.openai_compat import OpenAICompatGenerator
+
+        return OpenAICompatGenerator.from_settings(settings, vocab_only=vocab_only)
     raise ValueError(f"unknown generator backend {settings.generator.backend!r}")
