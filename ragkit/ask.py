@@ -90,7 +90,8 @@ def build_prompt(question: str, settings: Settings, docs: list[str] | None = Non
             folder = bm25.index_dir(settings.store, settings.store_url, settings.collection, settings.cache_dir)
             lexical = bm25.open_index(store, folder, [r.doc_id for r in records])
         cands = hybrid_search(
-            store, question, qvec, selected, rs.candidates, mode=rs.mode, lexical=lexical, rrf_k=rs.rrf_k, per_doc=bool(docs)
+            store, question, qvec, selected, rs.candidates, mode=rs.mode, lexical=lexical, rrf_k=rs.rrf_k, per_doc=bool(docs),
+            all_docs=not docs,
         )
         whole = store.chunks(sorted({d.doc_id for d in selected})) if docs else None
         if [(r.key, r.doc_id) for r in store.documents()] == [(r.key, r.doc_id) for r in records]:
@@ -132,6 +133,13 @@ def ask(
     dry_run: bool = False,
     on_text: Callable[[str], None] | None = None,
 ) -> AskResult:
+    if not dry_run and settings.generator.backend == "llama_cpp" and (
+        settings.profile == "kimi-k2" or settings.generator.tensor_overrides or settings.generator.n_gpu_layers
+    ):
+        # A plan that cannot fit would thrash the disk for an hour: refuse up front.
+        from ragkit.generate.doctor import check_fit
+
+        check_fit(settings)
     generator = None if dry_run else load_generator(settings)
     t0 = time.perf_counter()
     prompt, timings = build_prompt(question, settings, docs, generator=generator)

@@ -69,6 +69,7 @@ def hybrid_search(
     lexical=None,
     rrf_k: int = 60,
     per_doc: bool = False,
+    all_docs: bool = False,
 ) -> list[Hit]:
     """Dense (Chroma) and BM25 rankings fused by reciprocal rank fusion. With `per_doc`,
     each document is searched on its own and the fused lists interleaved by rank, so
@@ -76,6 +77,7 @@ def hybrid_search(
     from ragkit.retrieve.bm25 import rrf
 
     groups = [[d] for d in docs] if (per_doc and len(docs) > 1) else [docs]
+    all_live = not per_doc and all_docs
     per = k if len(groups) == 1 else max(2, -(-k // len(groups)))
     fused_lists: list[list[Hit]] = []
     for group in groups:
@@ -83,11 +85,11 @@ def hybrid_search(
         rankings: list[list[str]] = []
         dense: list[Hit] = []
         if mode in ("hybrid", "dense") and query_vec is not None:
-            dense = store.query(query_vec, per, doc_ids)
+            dense = store.query(query_vec, per, doc_ids, all_live=all_live)
             rankings.append([h.id for h in dense])
         lex: list[tuple[str, float]] = []
         if mode in ("hybrid", "bm25") and lexical is not None:
-            lex = lexical.search(query, per, doc_ids)
+            lex = lexical.search(query, per, None if all_live else doc_ids)
             rankings.append([i for i, _ in lex])
         fused = rrf(rankings, rrf_k)[:per]
         known = {h.id: h for h in dense}

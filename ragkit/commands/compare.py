@@ -1,0 +1,75 @@
+"""`ragkit compare A B [C...]`: a clause checklist walked over several contracts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def compare(
+        docs: list[str] = typer.Argument(..., help="documents to compare (name, name without extension, or path)"),
+        checklist: str = typer.Option("nda", "--checklist", help="built-in checklist name (prompts/checklists) or a .toml path"),
+        items: Optional[str] = typer.Option(None, "--items", help="comma-separated item ids (default: all)"),
+        store: Optional[Path] = typer.Option(None, "--store", help="store folder"),
+        profile: Optional[str] = typer.Option(None, "--profile", help="settings profile"),
+        fmt: str = typer.Option("table", "--format", help="table | md | html"),
+        out_file: Optional[Path] = typer.Option(None, "--out", help="write the md/html memo here"),
+        as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    ) -> None:
+        """Compare contracts clause by clause: quote, page and section per document, and the difference."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from ragkit.cli import _fail, _settings
+        from ragkit.compare import compare as run_compare, to_html, to_markdown
+        from ragkit.errors import RagkitError
+
+        err = Console(stderr=True)
+        if fmt not in ("table", "md", "html"):
+            _fail(__import__("ragkit.errors").errors.UsageError("--format must be table, md or html"), as_json)
+        try:
+            settings = _settings(store, profile)
+            result = run_compare(
+                docs, settings, checklist, items=[i.strip() for i in items.split(",")] if items else None,
+                on_progress=lambda d, i: err.print(f"  {d}: {i}", highlight=False) if not as_json else None,
+            )
+            from ragkit.embed import load_embedder
+            from ragkit.ingest.pipeline import open_store
+            from ragkit.retrieve.search import resolve_docs
+
+            recs = resolve_docs(open_store(settings, load_embedder(settings), create=False).documents(), docs)
+            paths = {d: r.path for d, r in zip(docs, recs)}
+        except RagkitError as exc:
+            _fail(exc, as_json)
+            return
+        if as_json:
+            sys.stdout.write(json.dumps(result.to_json(), ensure_ascii=False, indent=2) + "\n")
+            return
+        if fmt in ("md", "html"):
+            text = to_markdown(result) if fmt == "md" else to_html(result, paths)
+            if out_file:
+                out_file.write_text(text, encoding="utf-8")
+                err.print(f"wrote {out_file}")
+            else:
+                sys.stdout.write(text)
+            return
+        table = Table("clause", *docs, "difference", show_lines=True)
+        for r in result.rows:
+            cells = []
+            for d in docs:
+                f = r.findings[d]
+                if f.label == "Not mentioned" or not f.quote:
+                    cells.append(f"[dim]{f.label}: not found[/]")
+                else:
+                    loc = ", ".join(x for x in [f"p. {f.page}" if f.page else "", f"§ {f.section}" if f.section else ""] if x)
+                    cells.append(f"[b]{f.label}[/] “{f.quote}” [dim]({loc})[/]")
+            table.add_row(r.item.title, *cells, r.difference)
+        Console().print(table)
+        cost = result.to_json()["cost"]
+        err.print(f"prefilled tokens {cost['prefilled_tokens']}; projected Kimi K2 prefill {cost['projected_kimi_prefill_s']} s at {cost['prompt_rate_tok_s']:.0f} tok/s; took {cost['seconds']} s", highlight=False)
