@@ -34,6 +34,8 @@ class IngestSettings(BaseModel):
     max_file_mb: int = 200
     max_pages: int = 3000
     max_docx_inflated_mb: int = 300
+    ocr_lang: str = Field("eng", description="tesseract language(s) for scanned PDFs: eng, chi_sim, eng+chi_sim")
+    tables: bool = Field(True, description="detect tables in PDFs and keep them whole as Markdown")
 
 
 class RetrieveSettings(BaseModel):

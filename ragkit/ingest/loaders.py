@@ -1,7 +1,10 @@
 """Turn a file into Blocks in reading order, with page numbers where the format has them.
 
 PDF: pypdfium2 text layer by default (about 10x faster than pypdf here at the same text),
-pypdf as an alternative engine. DOCX: python-docx, body order kept, heading styles and
+pypdf as an alternative engine. With pypdfium2, numeric tables become Markdown table
+blocks (ragkit/ingest/tables.py: character boxes, chosen over pypdf's layout mode by
+measurement) and pages without a text layer are OCR'd by tesseract when it is installed
+(ragkit/ingest/ocr.py). DOCX: python-docx, body order kept, heading styles and
 tables from the document structure. Markdown and plain text: read directly.
 
 Every failure a user's file can cause is raised as DocumentError with a one-line reason.
@@ -12,7 +15,6 @@ from __future__ import annotations
 import re
 import zipfile
 from pathlib import Path
-from typing import Callable
 
 from ragkit.errors import DocumentError
 from ragkit.ingest.model import Block
@@ -39,7 +41,18 @@ def sniff(path: Path, head: bytes) -> str:
     return "text"
 
 
-def load(path: Path, *, pdf_engine: str = "pypdfium2", max_pages: int = 3000, max_docx_inflated_mb: int = 300) -> list[Block]:
+def load(
+    path: Path,
+    *,
+    pdf_engine: str = "pypdfium2",
+    max_pages: int = 3000,
+    max_docx_inflated_mb: int = 300,
+    ocr_lang: str = "eng",
+    tables: bool = True,
+) -> list[Block]:
+    """Blocks of one file. PDF pages without a text layer are OCR'd with tesseract when it
+    is installed (language `ocr_lang`, tesseract's names: eng, chi_sim, eng+chi_sim);
+    numeric tables on PDF pages become Markdown table blocks (`tables`)."""
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED:
         raise DocumentError(str(path), f"unsupported file type {suffix or '(none)'}; ragkit reads {', '.join(sorted(SUPPORTED))}")
@@ -58,8 +71,10 @@ def load(path: Path, *, pdf_engine: str = "pypdfium2", max_pages: int = 3000, ma
     if suffix == ".pdf":
         if kind != "PDF":
             raise DocumentError(str(path), f"not a PDF: the content looks like {kind}")
-        loader: Callable[..., list[Block]] = _load_pdf_pdfium if pdf_engine == "pypdfium2" else _load_pdf_pypdf
-        blocks = loader(path, max_pages=max_pages)
+        if pdf_engine == "pypdfium2":
+            blocks = _load_pdf_pdfium(path, max_pages=max_pages, ocr_lang=ocr_lang, tables=tables)
+        else:
+            blocks = _load_pdf_pypdf(path, max_pages=max_pages)
     elif suffix == ".docx":
         if kind != "zip":
             raise DocumentError(str(path), f"not a DOCX (a DOCX is a zip archive): the content looks like {kind}")
@@ -71,7 +86,13 @@ def load(path: Path, *, pdf_engine: str = "pypdfium2", max_pages: int = 3000, ma
     blocks = [b for b in blocks if b.text.strip()]
     if not blocks:
         if suffix == ".pdf":
-            raise DocumentError(str(path), "no text layer (scanned or image-only PDF) and OCR is not available")
+            from ragkit.ingest.ocr import INSTALL_HINT, tesseract
+
+            if pdf_engine == "pypdfium2" and tesseract() is not None:
+                raise DocumentError(str(path), "no text layer, and OCR found no text (blank pages, or images without text)")
+            raise DocumentError(
+                str(path), f"no text layer (scanned or image-only PDF) and OCR is not available; {INSTALL_HINT}"
+            )
         raise DocumentError(str(path), "no text found in the file")
     return blocks
 
@@ -183,26 +204,52 @@ def _dehyphenate(p: str) -> str:
 def _page_blocks(page_texts: list[tuple[int, str]]) -> list[Block]:
     blocks: list[Block] = []
     for page_no, text in page_texts:
-        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-        lines = _drop_page_furniture(lines, page_no)
-        blocks.extend(Block(p, page=page_no) for p in _paragraphs(lines))
+        blocks.extend(_text_blocks(text, page_no))
     return blocks
 
 
-def _drop_page_furniture(lines: list[str], page_no: int) -> list[str]:
+def _text_blocks(text: str, page_no: int, *, head: bool = True, tail: bool = True) -> list[Block]:
+    """Paragraph blocks of a page's text (or of a piece of it between tables); a bare page
+    number at the page's top (head) or bottom (tail) is dropped."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = _drop_page_furniture(lines, page_no, head=head, tail=tail)
+    return [Block(p, page=page_no) for p in _paragraphs(lines)]
+
+
+def _page_pieces_blocks(pieces: list[tuple[str, str]], page_no: int) -> list[Block]:
+    blocks: list[Block] = []
+    last = len(pieces) - 1
+    for k, (kind, payload) in enumerate(pieces):
+        if kind == "table":
+            blocks.append(Block(payload, page=page_no, kind="table"))
+        else:
+            blocks.extend(_text_blocks(payload, page_no, head=k == 0, tail=k == last))
+    return blocks
+
+
+def _drop_page_furniture(lines: list[str], page_no: int, *, head: bool = True, tail: bool = True) -> list[str]:
     """Drop a bare page number ('3', 'Page 3', '- 3 -', 'Page 3 of 9') at the top or bottom of a page."""
     pat = re.compile(rf"^\s*(page\s*)?[-–]?\s*{page_no}\s*[-–]?(\s*of\s*\d+)?\s*$", re.I)
     while lines and not lines[-1].strip():
         lines.pop()
-    if lines and pat.match(lines[-1]):
+    if tail and lines and pat.match(lines[-1]):
         lines = lines[:-1]
-    if lines and pat.match(lines[0]):
+    if head and lines and pat.match(lines[0]):
         lines = lines[1:]
     return lines
 
 
-def _load_pdf_pdfium(path: Path, *, max_pages: int) -> list[Block]:
+# Time spent per stage, for eval/bench_ingest.py (process-wide; reset by the caller).
+STATS: dict[str, float] = {"pdf_pages": 0, "pdf_text_s": 0.0, "table_s": 0.0, "tables": 0, "ocr_pages": 0, "ocr_s": 0.0}
+
+
+def _load_pdf_pdfium(path: Path, *, max_pages: int, ocr_lang: str = "eng", tables: bool = True) -> list[Block]:
+    import time
+
     import pypdfium2 as pdfium
+
+    from ragkit.ingest import ocr
+    from ragkit.ingest.tables import find_tables, split_page
 
     try:
         pdf = pdfium.PdfDocument(str(path))
@@ -217,16 +264,38 @@ def _load_pdf_pdfium(path: Path, *, max_pages: int) -> list[Block]:
             raise DocumentError(str(path), "PDF has no pages")
         if n > max_pages:
             raise DocumentError(str(path), f"PDF has {n} pages, over the limit of {max_pages} (setting ingest.max_pages)")
-        texts: list[tuple[int, str]] = []
+        blocks: list[Block] = []
+        exe = ocr.tesseract()
         for i in range(n):
             page = pdf[i]
             try:
+                t0 = time.perf_counter()
                 tp = page.get_textpage()
-                texts.append((i + 1, tp.get_text_range()))
+                text = tp.get_text_range()
+                t1 = time.perf_counter()
+                found = []
+                if tables and text.strip():
+                    try:
+                        found = find_tables(tp, text)
+                    except Exception:  # a heuristic must never cost the document its text
+                        found = []
                 tp.close()
+                t2 = time.perf_counter()
+                STATS["pdf_pages"] += 1
+                STATS["pdf_text_s"] += t1 - t0
+                STATS["table_s"] += t2 - t1
+                STATS["tables"] += len(found)
+                if not text.strip() and exe is not None and ocr.page_has_images(page):
+                    try:
+                        text = ocr.ocr_page(page, ocr_lang, exe=exe)
+                    except ocr.OcrError as exc:
+                        raise DocumentError(str(path), f"page {i + 1}: {exc}") from None
+                    STATS["ocr_pages"] += 1
+                    STATS["ocr_s"] += time.perf_counter() - t2
+                blocks.extend(_page_pieces_blocks(split_page(text, found), i + 1))
             finally:
                 page.close()
-        return _page_blocks(texts)
+        return blocks
     except pdfium.PdfiumError as exc:
         raise DocumentError(str(path), f"corrupt PDF page ({_pdfium_reason(exc)})") from None
     finally:

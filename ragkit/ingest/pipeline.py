@@ -110,6 +110,8 @@ def chunk_file(path: Path, settings: Settings, embedder: Embedder) -> tuple[list
         pdf_engine=settings.ingest.pdf_engine,
         max_pages=settings.ingest.max_pages,
         max_docx_inflated_mb=settings.ingest.max_docx_inflated_mb,
+        ocr_lang=settings.ingest.ocr_lang,
+        tables=settings.ingest.tables,
     )
     sections = build_sections(blocks)
     max_tokens = settings.ingest.chunk_tokens or embedder.max_tokens

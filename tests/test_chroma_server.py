@@ -1,0 +1,108 @@
+"""store_url: ingest, list and retrieve against a real `chroma run` server on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import CORPORA, make_settings
+
+CHROMA = Path(sys.executable).parent / "chroma"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def chroma_server(tmp_path_factory):
+    if not CHROMA.exists():
+        pytest.skip("the chroma CLI is not installed in this environment")
+    data = tmp_path_factory.mktemp("chroma-server")
+    port = _free_port()
+    env = dict(os.environ, ANONYMIZED_TELEMETRY="False", CHROMA_TELEMETRY_DISABLED="1")
+    log = open(data / "server.log", "wb")
+    proc = subprocess.Popen(
+        [str(CHROMA), "run", "--path", str(data / "db"), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    up = False
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{url}/api/v2/heartbeat", timeout=2) as r:
+                up = r.status == 200
+                break
+        except OSError:
+            time.sleep(0.3)
+    if not up:
+        proc.kill()
+        proc.wait(10)
+        log.close()
+        pytest.fail(f"chroma server did not come up in 60 s: {(data / 'server.log').read_text()[-2000:]}")
+    yield url
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    log.close()
+
+
+def test_ingest_list_retrieve_reingest_on_a_chroma_server(chroma_server, tmp_path, no_outbound_network):
+    from ragkit.ask import build_prompt
+    from ragkit.ingest import ingest
+    from ragkit.ingest.pipeline import open_store
+    from ragkit.embed import load_embedder
+
+    docs = tmp_path / "nda"
+    docs.mkdir()
+    for name in ("bonterms-mutual-nda-v1.pdf", "cnli_dev_019.pdf"):
+        shutil.copy(CORPORA / name, docs / name)
+    settings = make_settings(tmp_path / "unused-local-store").model_copy(update={"store_url": chroma_server, "cache_dir": tmp_path / "cache"})
+    before = len(no_outbound_network)
+
+    report = ingest([docs], settings)
+    assert report.failed == [] and report.added == 2 and report.chunks > 0
+    assert not (tmp_path / "unused-local-store" / "chroma").exists(), "server mode wrote an embedded store"
+
+    store = open_store(settings, load_embedder(settings), create=False)
+    names = [d.name for d in store.documents()]
+    assert names == ["bonterms-mutual-nda-v1.pdf", "cnli_dev_019.pdf"]
+    assert store.count() == report.chunks
+
+    prompt, _ = build_prompt("Which law governs this agreement?", settings, docs=["bonterms-mutual-nda-v1.pdf"])
+    assert prompt.contexts and {c.doc for c in prompt.contexts} == {"bonterms-mutual-nda-v1.pdf"}
+    assert any("governed by" in c.text.lower() or "governing law" in c.text.lower() for c in prompt.contexts)
+
+    again = ingest([docs], settings)
+    assert (again.added, again.updated, again.unchanged, again.chunks) == (0, 0, 2, 0)
+
+    # every connection went to the loopback server
+    for family, address in no_outbound_network[before:]:
+        if isinstance(address, tuple):
+            assert address[0] in ("127.0.0.1", "::1", "localhost"), address
+
+
+def test_a_server_that_is_not_there_is_a_clear_store_error(tmp_path):
+    from ragkit.errors import StoreError
+    from ragkit.ingest import ingest
+
+    settings = make_settings(tmp_path / "s").model_copy(update={"store_url": f"http://127.0.0.1:{_free_port()}", "cache_dir": tmp_path / "cache"})
+    with pytest.raises(StoreError) as info:
+        ingest([CORPORA / "cnli_dev_019.pdf"], settings)
+    msg = str(info.value)
+    assert "cannot open the Chroma store at http://127.0.0.1:" in msg and "\n" not in msg
