@@ -13,7 +13,7 @@ STAMP := $(VENV)/.ragkit-installed
 DEMO_STORE ?= .ragkit-demo
 DEMO_QUESTION ?= How long do the confidentiality obligations survive after the agreement ends?
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install install-ocr clean
 
 install: $(STAMP)
 
@@ -29,6 +29,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# Optional: OCR for scanned PDFs (Debian/Ubuntu packages; needs root)
+install-ocr:
+	apt-get update && apt-get install -y tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim
 
 clean:
 	rm -rf $(DEMO_STORE) .pytest_cache

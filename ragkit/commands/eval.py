@@ -1,0 +1,196 @@
+"""`ragkit eval`: convert labelled sets, run a set against a store, compare two runs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+
+eval_app = typer.Typer(help="Evaluate: convert labelled sets, run them, compare runs.", no_args_is_help=True)
+
+JsonOpt = typer.Option(False, "--json", help="print machine-readable JSON on stdout")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(eval_app, name="eval")
+
+
+def _cli():
+    from ragkit import cli
+
+    return cli
+
+
+@eval_app.command("convert")
+def convert_cmd(
+    name: str = typer.Argument(..., help="contractnli-dev, contractnli-rendered8, cuad, sec-10q, sec-10q-aapl-amzn-nvda"),
+    out: Path = typer.Option(..., "--out", help="the JSONL file to write"),
+    corpora: Optional[Path] = typer.Option(None, "--corpora", help="the shared corpora folder (default: ../shared/corpora)"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Convert a labelled set from the shared corpora into ragkit's eval JSONL."""
+    from ragkit.errors import RagkitError
+    from ragkit.eval.sets import convert, write_set
+
+    cli = _cli()
+    try:
+        items = convert(name, corpora)
+        n = write_set(items, out)
+    except RagkitError as exc:
+        cli._fail(exc, as_json)
+        return
+    except OSError as exc:
+        from ragkit.errors import UsageError
+
+        cli._fail(UsageError(f"cannot write {out}: {exc.strerror or exc}"), as_json)
+        return
+    if as_json:
+        cli._print_json({"set": name, "out": str(out), "questions": n})
+    else:
+        cli.err.print(f"wrote {n} questions to {out}", highlight=False)
+
+
+@eval_app.command("run")
+def run_cmd(
+    set_path: Path = typer.Argument(..., metavar="SET", help="a set file (JSONL), e.g. eval/sets/nda-demo.jsonl"),
+    corpus: List[Path] = typer.Option([], "--corpus", help="documents to ingest first (into RUN_DIR/store unless --store); repeatable"),
+    store: Optional[Path] = typer.Option(None, "--store", help="an existing store to ask (or to ingest --corpus into)"),
+    profile: Optional[str] = typer.Option(None, "--profile", help="settings profile: laptop (default) or kimi-k2"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="only the first N questions of the set"),
+    retrieval_only: bool = typer.Option(False, "--retrieval-only", help="build prompts only and score retrieval (no generation)"),
+    concurrency: int = typer.Option(1, "--concurrency", help="questions in flight at once (1 for the in-process llama.cpp backend)"),
+    out: Path = typer.Option(..., "--out", help="run folder: answers.jsonl (checkpoint), report.json/.md/.html"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Answer every question of a set, checkpointing as it goes (rerun to resume), then score and report."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from ragkit.errors import RagkitError
+    from ragkit.eval.run import RunOptions, run_eval
+
+    cli = _cli()
+    err = cli.err
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("eta"), TimeRemainingColumn(), console=err, transient=False, disable=not err.is_terminal,
+    )
+    state: dict[str, Any] = {}
+
+    def on_event(kind: str, info: dict) -> None:
+        if kind == "ingest":
+            err.print(f"ingesting {', '.join(info['paths'])} into {info['store']}", highlight=False)
+        elif kind == "ingested":
+            err.print(f"  added {info['added']}, updated {info['updated']}, unchanged {info['unchanged']}, failed {len(info['failed'])}", highlight=False)
+        elif kind == "note":
+            err.print(f"[yellow]note:[/] {info['message']}", highlight=False)
+        elif kind == "start":
+            state.update(total=info["total"], done=info["done"], t0=time.monotonic(), n=0)
+            if info["done"]:
+                err.print(f"resuming: {info['done']} of {info['total']} already answered", highlight=False)
+            state["task"] = progress.add_task("questions", total=info["total"], completed=info["done"])
+        elif kind == "answered":
+            state["n"] += 1
+            state["done"] += 1
+            progress.advance(state["task"])
+            if info["status"] != "ok":
+                progress.console.print(f"[red]  error[/] {info['id']}: {info['error']}", highlight=False)
+            if not err.is_terminal:
+                el = time.monotonic() - state["t0"]
+                left = state["total"] - state["done"]
+                eta = el / state["n"] * left
+                err.print(f"[{state['done']}/{state['total']}] {info['id']} {info['status']} "
+                          f"elapsed {el:.0f}s eta {eta:.0f}s", highlight=False)
+        elif kind == "done":
+            progress.stop()
+
+    try:
+        with progress:
+            report = run_eval(
+                RunOptions(set_path=set_path, out=out, corpus=list(corpus), store=store, profile=profile, limit=limit,
+                           retrieval_only=retrieval_only, concurrency=concurrency),
+                on_event=on_event,
+            )
+    except RagkitError as exc:
+        cli._fail(exc, as_json)
+        return
+    except KeyboardInterrupt:
+        err.print("interrupted: answers so far are saved; run the same command again to continue")
+        raise typer.Exit(130)
+    m = report["metrics"]
+    if as_json:
+        cli._print_json({"out": str(out), "metrics": m, "nli": report.get("nli")})
+        return
+    from rich.table import Table
+
+    from ragkit.eval.report import fmt
+
+    table = Table("metric", "value")
+    for k, v in m.items():
+        if v is not None:
+            table.add_row(k, fmt(v))
+    cli.out.print(table)
+    err.print(f"report: {out / 'report.html'}", highlight=False)
+
+
+@eval_app.command("compare")
+def compare_cmd(
+    run_a: Path = typer.Argument(..., help="baseline run folder (or its report.json)"),
+    run_b: Path = typer.Argument(..., help="new run folder (or its report.json)"),
+    threshold: float = typer.Option(0.02, "--threshold", help="a quality metric (0..1) that drops by more than this is a regression"),
+    cost_threshold: float = typer.Option(0.10, "--cost-threshold", help="a token or projected-prefill metric that grows by more than this share is a regression"),
+    latency: bool = typer.Option(False, "--latency", help="also flag measured latencies (p50/p95 per stage) that grow by more than --cost-threshold"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Print metric deltas B - A; exit 1 when a metric regressed by more than the threshold."""
+    from ragkit.errors import RagkitError
+    from ragkit.eval.report import compare, fmt, load_report
+
+    cli = _cli()
+    try:
+        res = compare(load_report(run_a), load_report(run_b), threshold=threshold, cost_threshold=cost_threshold, latency=latency)
+    except RagkitError as exc:
+        cli._fail(exc, as_json)
+        return
+    if as_json:
+        cli._print_json(res)
+    else:
+        from rich.table import Table
+
+        if not res["same_set"]:
+            cli.err.print("[yellow]warning:[/] the two runs used different sets (or set versions)")
+        if not res["same_mode"]:
+            cli.err.print("[yellow]warning:[/] one run is retrieval-only, the other generating")
+        table = Table("metric", "A", "B", "delta", "")
+        for r in res["rows"]:
+            if r["a"] is None and r["b"] is None:
+                continue
+            d = r["delta"]
+            table.add_row(r["metric"], fmt(r["a"]), fmt(r["b"]), "–" if d is None else f"{d:+.3f}",
+                          "[red]REGRESSION[/]" if r["regression"] else "")
+        cli.out.print(table)
+        if res["regressions"]:
+            cli.err.print(f"[red]regressions:[/] {', '.join(res['regressions'])}", highlight=False)
+    raise typer.Exit(1 if res["regressions"] else 0)
+
+
+@eval_app.command("rescore")
+def rescore_cmd(
+    run_dir: Path = typer.Argument(..., help="a run folder"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Score a finished run folder again and rewrite its reports (no questions are asked)."""
+    from ragkit.errors import RagkitError
+    from ragkit.eval.run import rescore
+
+    cli = _cli()
+    try:
+        report = rescore(run_dir)
+    except RagkitError as exc:
+        cli._fail(exc, as_json)
+        return
+    if as_json:
+        cli._print_json({"out": str(run_dir), "metrics": report["metrics"]})
+    else:
+        cli.err.print(f"rewrote {run_dir / 'report.html'}", highlight=False)

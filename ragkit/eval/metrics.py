@@ -1,0 +1,417 @@
+"""Evaluation metrics: pure functions, no model and no store.
+
+Text comparison goes through `normalize`: Unicode NFKC, curly quotes and dashes made
+plain, soft hyphens dropped, hyphens between word characters removed (so a PDF's
+line-break hyphenation "confi-\\ndential" and a real compound "third-party" both compare
+equal to their unhyphenated form on either side), case folded, whitespace collapsed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+# ---------------------------------------------------------------------- normalization
+
+_QUOTES = str.maketrans({
+    "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "\u00b4": "'", "`": "'",
+    "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u2033": '"', "\u00ab": '"', "\u00bb": '"',
+    "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
+    "\u00ad": None, "\u200b": None, "\u2060": None, "\ufeff": None,
+})
+_HYPHEN = re.compile(r"(?<=\w)-\s*(?=\w)")
+_WS = re.compile(r"\s+")
+_TOKEN = re.compile(r"\w+", re.U)
+
+
+def normalize(text: str | None) -> str:
+    if not text:
+        return ""
+    t = unicodedata.normalize("NFKC", text).translate(_QUOTES)
+    t = _HYPHEN.sub("", t)
+    return _WS.sub(" ", t).strip().casefold()
+
+
+def tokens(text: str | None) -> list[str]:
+    return _TOKEN.findall(normalize(text))
+
+
+# ---------------------------------------------------------------------- retrieval
+
+TOKEN_COVERAGE = 0.9
+
+
+def evidence_in_text(evidence: str, text: str, coverage: float = TOKEN_COVERAGE) -> bool:
+    """True when the normalized evidence is a substring of the normalized text, or when at
+    least `coverage` (90%) of the evidence's tokens, counted with multiplicity, occur in
+    the text. The second rule accepts evidence that a chunk boundary, a page header or a
+    PDF extraction quirk (a dropped footnote mark, a split number) breaks up slightly."""
+    ev, tx = normalize(evidence), normalize(text)
+    if not ev:
+        return False
+    if ev in tx:
+        return True
+    et = Counter(_TOKEN.findall(ev))
+    total = sum(et.values())
+    if total == 0:
+        return False
+    tt = Counter(_TOKEN.findall(tx))
+    have = sum(min(n, tt[w]) for w, n in et.items())
+    return have / total >= coverage
+
+
+def evidence_in_context(evidence: str | None, contexts: Sequence[str], coverage: float = TOKEN_COVERAGE) -> bool | None:
+    """Does any one context contain the evidence? None when there is no evidence to look for."""
+    if not evidence:
+        return None
+    return any(evidence_in_text(evidence, c, coverage) for c in contexts)
+
+
+def evidence_rank(evidence: str | None, ranked_contexts: Sequence[str], coverage: float = TOKEN_COVERAGE) -> int | None:
+    """1-based rank of the first context (best first) that contains the evidence, or None."""
+    if not evidence:
+        return None
+    for i, c in enumerate(ranked_contexts, 1):
+        if evidence_in_text(evidence, c, coverage):
+            return i
+    return None
+
+
+def evidence_rank_split(evidence: str | None, contexts: Sequence[dict], coverage: float = TOKEN_COVERAGE) -> int | None:
+    """For evidence that no single context holds: is it in the joined text of a run of
+    contexts that are consecutive chunks of one document (the chunker split a long clause)?
+    `contexts` are dicts with `doc`, `chunk_index`, `rank` and `text`. Returns the worst
+    rank in the shortest such run (all of its chunks are needed), or None."""
+    if not evidence:
+        return None
+    by_doc: dict[str, list[dict]] = {}
+    for c in contexts:
+        if c.get("chunk_index") is not None:
+            by_doc.setdefault(c.get("doc", ""), []).append(c)
+    best: int | None = None
+    for cs in by_doc.values():
+        cs = sorted(cs, key=lambda c: c["chunk_index"])
+        for i in range(len(cs)):
+            for j in range(i + 1, len(cs)):
+                if cs[j]["chunk_index"] - cs[j - 1]["chunk_index"] != 1:
+                    break
+                run = cs[i: j + 1]
+                if evidence_in_text(evidence, " ".join(c["text"] for c in run), coverage):
+                    worst = max(c["rank"] for c in run)
+                    best = worst if best is None else min(best, worst)
+                    break
+    return best
+
+
+def reciprocal_rank(rank: int | None) -> float:
+    return 0.0 if not rank else 1.0 / rank
+
+
+def mrr(ranks: Iterable[int | None]) -> float | None:
+    """Mean reciprocal rank; a question whose evidence was not retrieved counts 0."""
+    rr = [reciprocal_rank(r) for r in ranks]
+    return sum(rr) / len(rr) if rr else None
+
+
+def page_hit(gold_page: int | None, ranked_pages: Sequence[tuple[int | None, int | None]], k: int | None = None) -> bool | None:
+    """Is the gold page within the page range (start, end) of one of the top-k contexts?
+    None when there is no gold page."""
+    if gold_page is None:
+        return None
+    top = ranked_pages if k is None else ranked_pages[:k]
+    for start, end in top:
+        if start is None:
+            continue
+        if start <= gold_page <= (end if end is not None else start):
+            return True
+    return False
+
+
+def doc_recall(sources: Sequence[str], context_docs: Sequence[str]) -> float | None:
+    """Share of the documents that hold the answer that appear among the contexts
+    (file names compared without case and extension)."""
+    if not sources:
+        return None
+
+    def key(n: str) -> str:
+        n = n.lower()
+        return n.rsplit(".", 1)[0] if "." in n[-6:] else n
+
+    have = {key(d) for d in context_docs}
+    return sum(key(s) in have for s in sources) / len(sources)
+
+
+# ---------------------------------------------------------------------- numbers
+
+_SCALE = {
+    "thousand": 1e3, "thousands": 1e3, "k": 1e3,
+    "million": 1e6, "millions": 1e6, "mn": 1e6, "m": 1e6, "mm": 1e6,
+    "billion": 1e9, "billions": 1e9, "bn": 1e9, "b": 1e9,
+    "trillion": 1e12, "trillions": 1e12, "tn": 1e12,
+}
+_NUM = re.compile(
+    r"(?:(?<![\w.,)])(?P<neg>-|\u2212))?\s*(?P<paren>\()?\s*(?:(?P<cur>[$€£¥])\s*(?P<neg2>-)?)?"
+    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+    r"(?P<close>\))?"
+    r"(?:\s*(?P<pct>%|percent\b|per cent\b|pct\b)|\s*(?P<scale>thousands?|millions?|billions?|trillions?|mn|bn|tn|mm|[kmb])\b)?"
+    r"(?P<close2>\))?",
+    re.I,
+)
+
+
+@dataclass(frozen=True)
+class Quantity:
+    value: float
+    percent: bool = False
+
+
+def extract_numbers(text: str | None) -> list[Quantity]:
+    """Numbers with their scale and sign: "$1.2 billion" -> 1.2e9, "1,200 million" -> 1.2e9,
+    "(1,234)" -> -1234, "12.5%" -> 12.5 (percent). Years and section numbers come out as
+    plain numbers too; callers compare sets of quantities."""
+    if not text:
+        return []
+    t = unicodedata.normalize("NFKC", text).translate(_QUOTES)
+    out: list[Quantity] = []
+    for m in _NUM.finditer(t):
+        try:
+            v = float(m.group("num").replace(",", ""))
+        except ValueError:
+            continue
+        scale = (m.group("scale") or "").lower()
+        if scale:
+            v *= _SCALE[scale]
+        closed = bool(m.group("close") or m.group("close2"))
+        if m.group("neg") or m.group("neg2") or (m.group("paren") and closed):
+            v = -v
+        out.append(Quantity(v, percent=bool(m.group("pct"))))
+    return out
+
+
+def same_number(a: Quantity, b: Quantity, rel_tol: float = 5e-3) -> bool:
+    if a.percent != b.percent:
+        return False
+    return math.isclose(a.value, b.value, rel_tol=rel_tol, abs_tol=1e-9)
+
+
+def numeric_match(gold: str, pred: str, rel_tol: float = 5e-3) -> bool | None:
+    """Every number of the gold text occurs in the prediction (same value after scale
+    and sign, within a relative tolerance for rounding: "$1.2 billion" == "1,200 million"
+    == "$1,200,000,000"). None when the gold text has no number."""
+    g = extract_numbers(gold)
+    if not g:
+        return None
+    p = extract_numbers(pred)
+    return all(any(same_number(x, y, rel_tol) for y in p) for x in g)
+
+
+def _informative(q: Quantity) -> bool:
+    v = abs(q.value)
+    if q.percent:
+        return True
+    if v == int(v) and (v < 10 or 1900 <= v <= 2100):  # counts, quarters, years
+        return False
+    return True
+
+
+def _same_up_to_scale(a: Quantity, b: Quantity, rel_tol: float = 5e-3) -> bool:
+    if a.percent != b.percent:
+        return False
+    for f in (1.0, 1e3, 1e6, 1e9, 1e-3, 1e-6, 1e-9):
+        if math.isclose(abs(a.value), abs(b.value) * f, rel_tol=rel_tol):
+            return True
+    return False
+
+
+def answer_numbers_in_context(golds: Sequence[str], contexts: Sequence[str]) -> float | None:
+    """A retrieval proxy for sets without evidence quotes (SEC 10-Q): the share of the
+    gold answer's figures that occur in the retrieved context. Figures are compared by
+    absolute value up to a factor of 1e3/1e6/1e9, because a filing's table says "82,959"
+    under "(in millions)" where the answer says "$82,959 million"; years 1900-2100 and
+    integers below 10 are skipped. None when the gold answer states no such figure."""
+    gold = [q for g in golds for q in extract_numbers(g) if _informative(q)]
+    gold = list(dict.fromkeys(gold))
+    if not gold:
+        return None
+    have = [q for c in contexts for q in extract_numbers(c)]
+    return sum(any(_same_up_to_scale(g, h) for h in have) for g in gold) / len(gold)
+
+
+# ---------------------------------------------------------------------- answers
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+_CITE = re.compile(r"\s*\[\d+(?:\s*[,;\u2013-]\s*\d+)*\]")
+
+
+def strip_citations(answer: str | None) -> str:
+    """The answer without its [n] source markers (they are scored as citations, not as
+    answer text)."""
+    return _CITE.sub("", answer or "").strip()
+
+
+def squad_normalize(text: str) -> str:
+    t = unicodedata.normalize("NFKC", text or "").translate(_QUOTES).lower()
+    t = t.translate(_PUNCT)
+    t = _ARTICLES.sub(" ", t)
+    return " ".join(t.split())
+
+
+def token_f1(pred: str, golds: Sequence[str]) -> float | None:
+    """SQuAD-style token F1 (lower case, punctuation and articles removed), the best over
+    the gold answers. None when there is no gold answer."""
+    golds = [g for g in golds if g and g.strip()]
+    if not golds:
+        return None
+    pt = squad_normalize(pred).split()
+    best = 0.0
+    for g in golds:
+        gt = squad_normalize(g).split()
+        if not pt or not gt:
+            f = float(pt == gt)
+        else:
+            common = Counter(pt) & Counter(gt)
+            same = sum(common.values())
+            if same == 0:
+                f = 0.0
+            else:
+                p, r = same / len(pt), same / len(gt)
+                f = 2 * p * r / (p + r)
+        best = max(best, f)
+    return best
+
+
+def answer_contains(pred: str, gold: str) -> bool:
+    """The normalized gold answer occurs in the normalized prediction, or the gold is a
+    number (with units/scale) that the prediction states."""
+    g, p = normalize(gold), normalize(pred)
+    if g and g in p:
+        return True
+    if g and squad_normalize(gold) and squad_normalize(gold) in squad_normalize(pred):
+        return True
+    num = numeric_match(gold, pred)
+    return bool(num)
+
+
+def answer_match(pred: str, golds: Sequence[str], mode: str = "any") -> bool | None:
+    """`any`: one gold answer occurs in the prediction; `all`: every one does. None when
+    there is no gold answer."""
+    golds = [g for g in golds if g and g.strip()]
+    if not golds:
+        return None
+    hits = [answer_contains(pred, g) for g in golds]
+    return all(hits) if mode == "all" else any(hits)
+
+
+# ---------------------------------------------------------------------- NLI
+
+NLI = ("Entailment", "Contradiction", "NotMentioned")
+_NOT_MENTIONED = re.compile(
+    r"\bnot (?:be )?(?:mentioned|stated|specified|addressed|covered)\b|\bdoes not (?:mention|say|state|specify|address)\b"
+    r"|\bdo not (?:mention|say|state|specify)\b|\bno mention\b|\bis silent\b",
+    re.I,
+)
+
+
+def nli_label(answer: str | None) -> str | None:
+    """Map a generated answer to an NLI label. The question asks the model to start with
+    Yes, No or Not mentioned. Rules, on the first sentence (markup and leading
+    punctuation stripped):
+    1. a not-mentioned phrase ("not mentioned", "does not say/mention/specify",
+       "no mention", "is silent", and the pipeline's abstention "The documents do not say")
+       -> NotMentioned;
+    2. starts with "yes" -> Entailment;
+    3. starts with "no" -> Contradiction;
+    4. otherwise None (unparseable; scored as wrong)."""
+    if not answer:
+        return None
+    t = normalize(answer).lstrip(" *_#>\"'-:[(")
+    first = re.split(r"(?<=[.!?])\s|\n", t, maxsplit=1)[0]
+    if _NOT_MENTIONED.search(first):
+        return "NotMentioned"
+    if re.match(r"yes\b", first):
+        return "Entailment"
+    if re.match(r"no\b", first):
+        return "Contradiction"
+    return None
+
+
+def nli_scores(gold: Sequence[str], pred: Sequence[str | None]) -> dict:
+    """Accuracy and per-class precision/recall/F1 over the labels in NLI. A None
+    prediction is wrong and counts as no class. Precision of a class never predicted is
+    None, recall of a class never gold is None."""
+    n = len(gold)
+    out: dict = {"n": n, "accuracy": (sum(g == p for g, p in zip(gold, pred)) / n) if n else None, "per_class": {}}
+    for c in NLI:
+        tp = sum(g == c and p == c for g, p in zip(gold, pred))
+        npred = sum(p == c for p in pred)
+        ngold = sum(g == c for g in gold)
+        prec = tp / npred if npred else None
+        rec = tp / ngold if ngold else None
+        f1 = (2 * prec * rec / (prec + rec) if prec is not None and rec is not None and (prec + rec) > 0
+              else (0.0 if prec is not None and rec is not None else None))
+        out["per_class"][c] = {"precision": prec, "recall": rec, "f1": f1, "support": ngold, "predicted": npred}
+    return out
+
+
+# ---------------------------------------------------------------------- abstention and citations
+
+def abstention_scores(should_abstain: Sequence[bool], abstained: Sequence[bool]) -> dict:
+    """Precision: of the answers that abstained, the share that should have.
+    Recall: of the questions that should be abstained on, the share that were."""
+    tp = sum(s and a for s, a in zip(should_abstain, abstained))
+    npred = sum(bool(a) for a in abstained)
+    ngold = sum(bool(s) for s in should_abstain)
+    return {
+        "precision": tp / npred if npred else None,
+        "recall": tp / ngold if ngold else None,
+        "abstained": npred,
+        "should_abstain": ngold,
+    }
+
+
+def citation_scores(cited_texts: Sequence[str], evidence: str | None) -> tuple[float | None, bool | None]:
+    """(precision, has_valid): the share of cited passages that contain the evidence, and
+    whether at least one does. (None, None) when there is no evidence; (None, False) when
+    nothing was cited."""
+    if not evidence:
+        return None, None
+    if not cited_texts:
+        return None, False
+    ok = [evidence_in_text(evidence, t) for t in cited_texts]
+    return sum(ok) / len(ok), any(ok)
+
+
+# ---------------------------------------------------------------------- cost and latency
+
+def projected_prefill_s(prompt_tokens: int, rate_tok_s: float) -> float:
+    """Seconds to prefill the prompt at `rate_tok_s` (setting generator.prompt_rate_tok_s,
+    106 tok/s by default: a published llama.cpp hybrid GPU/CPU Kimi K2 figure)."""
+    if rate_tok_s <= 0:
+        raise ValueError("prompt_rate_tok_s must be positive")
+    return prompt_tokens / rate_tok_s
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return None
+    if len(v) == 1:
+        return float(v[0])
+    pos = (len(v) - 1) * p / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return float(v[lo] + (v[hi] - v[lo]) * (pos - lo))
+
+
+def mean(values: Iterable[float | bool | None]) -> float | None:
+    v = [float(x) for x in values if x is not None]
+    return sum(v) / len(v) if v else None

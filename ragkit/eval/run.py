@@ -1,0 +1,465 @@
+"""Batch evaluation runs: answer every question of a set, checkpoint each answer, score.
+
+A run lives in one folder:
+
+    RUN_DIR/run.json       what was run (set, its digest, mode); a resumed run must match
+    RUN_DIR/answers.jsonl  one line per answered question, appended and fsynced as it goes
+    RUN_DIR/store/         the store, when the run ingested --corpus itself
+    RUN_DIR/report.{json,md,html}
+
+A killed run continues where it stopped: questions already in answers.jsonl are not
+asked again (a line cut short by the kill is dropped and that question asked again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ragkit.config import Settings
+from ragkit.errors import UsageError
+from ragkit.eval import metrics as M
+from ragkit.eval.sets import EvalItem, load_set, set_digest
+
+ANSWERS = "answers.jsonl"
+RUN_META = "run.json"
+STAGES = ("retrieve_s", "prompt_s", "generate_s", "ttft_s", "total_s")
+
+
+@dataclass
+class RunOptions:
+    set_path: Path
+    out: Path
+    corpus: list[Path] = field(default_factory=list)
+    store: Path | None = None
+    profile: str | None = None
+    limit: int | None = None
+    retrieval_only: bool = False
+    concurrency: int = 1
+
+
+Event = Callable[[str, dict], None]
+
+
+# ---------------------------------------------------------------------- checkpoint file
+
+def read_answers(path: Path, *, repair: bool = False) -> dict[str, dict]:
+    """Records by question id. A last line without its newline (the process was killed
+    while writing it) is ignored, and with `repair` cut off the file."""
+    if not path.exists():
+        return {}
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if repair and end < len(data):
+        with open(path, "r+b") as f:
+            f.truncate(end)
+    out: dict[str, dict] = {}
+    for line in data[:end].splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "id" in rec:
+            out[rec["id"]] = rec
+    return out
+
+
+class Checkpoint:
+    def __init__(self, path: Path):
+        self.path = path
+        self.lock = threading.Lock()
+
+    def append(self, rec: dict) -> None:
+        line = (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
+        with self.lock:
+            with open(self.path, "ab") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+
+
+# ---------------------------------------------------------------------- answering
+
+class Answerer:
+    def __init__(self, settings: Settings, retrieval_only: bool):
+        self.settings = settings
+        self.retrieval_only = retrieval_only
+        self._store = None
+        self._lock = threading.Lock()
+
+    def _dense_scores(self, question: str, contexts) -> dict[str, float]:
+        """Similarity of each context to the question. Used when the prompt holds the
+        named documents whole (their contexts carry no retrieval score), so MRR and
+        page hit@k still rank by retrieval, not by document order."""
+        from ragkit.embed import load_embedder
+        from ragkit.ingest.pipeline import open_store
+
+        embedder = load_embedder(self.settings)
+        with self._lock:
+            if self._store is None:
+                self._store = open_store(self.settings, embedder, create=False)
+            qvec = embedder.embed_query(question)
+            doc_ids = sorted({c.doc_id for c in contexts})
+            hits = self._store.query(qvec, len(contexts), doc_ids)
+        return {h.id: h.score for h in hits}
+
+    def answer(self, item: EvalItem) -> dict:
+        from ragkit.ask import ask, build_prompt
+
+        docs = [item.doc] if item.doc else None
+        t0 = time.perf_counter()
+        res = None
+        try:
+            if self.retrieval_only:
+                prompt, timings = build_prompt(item.question, self.settings, docs)
+                timings = dict(timings)
+                timings["total_s"] = time.perf_counter() - t0
+            else:
+                res = ask(item.question, self.settings, docs)
+                prompt, timings = res.prompt, dict(res.timings)
+        except UsageError as exc:  # this question cannot be asked (e.g. its doc is not in the store)
+            return {"id": item.id, "status": "error", "error": str(exc), "question": item.question, "doc": item.doc}
+        ctxs = list(prompt.contexts)
+        scores = {c.chunk_id: c.score for c in ctxs}
+        if ctxs and all(c.score == 0.0 for c in ctxs):
+            scores.update(self._dense_scores(item.question, ctxs))
+        ranked = sorted(ctxs, key=lambda c: (-scores.get(c.chunk_id, 0.0), c.n))
+        rank_of = {c.chunk_id: i for i, c in enumerate(ranked, 1)}
+        rec = {
+            "id": item.id,
+            "status": "ok",
+            "question": item.question,
+            "doc": item.doc,
+            "retrieval_only": self.retrieval_only,
+            "mode": prompt.mode,
+            "prompt_tokens": len(prompt.ids),
+            "prefix_tokens": prompt.prefix_tokens,
+            "cached_tokens": 0,
+            "completion_tokens": 0,
+            "answer": None,
+            "abstained": None,
+            "citations": [],
+            "invalid_citations": [],
+            "timings": {k: round(v, 4) for k, v in timings.items()},
+            "contexts": [
+                {"n": c.n, "rank": rank_of[c.chunk_id], "doc": c.doc, "chunk_index": c.chunk_index, "page": c.page_start, "page_end": c.page_end,
+                 "section": c.section, "score": round(scores.get(c.chunk_id, 0.0), 4), "tokens": c.tokens,
+                 "chunk_id": c.chunk_id, "text": c.text}
+                for c in ctxs
+            ],
+        }
+        if res is not None:
+            g = res.generation
+            rec.update({
+                "cached_tokens": g.cached_tokens if g else 0,
+                "completion_tokens": g.completion_tokens if g else 0,
+                "answer": res.answer,
+                "abstained": res.abstained,
+                "citations": [c.to_json() for c in res.citations],
+                "invalid_citations": list(res.invalid_citations),
+            })
+        return rec
+
+
+# ---------------------------------------------------------------------- the run
+
+def _meta(opts: RunOptions) -> dict:
+    return {"set": str(opts.set_path), "set_digest": set_digest(opts.set_path), "retrieval_only": opts.retrieval_only}
+
+
+def prepare(opts: RunOptions) -> tuple[list[EvalItem], Settings]:
+    from ragkit.config import load_settings
+
+    items = load_set(opts.set_path)
+    if opts.limit is not None:
+        if opts.limit < 1:
+            raise UsageError("--limit must be at least 1")
+        items = items[: opts.limit]
+    if not opts.corpus and opts.store is None:
+        raise UsageError("say where the documents are: --corpus DIR (ingested into RUN_DIR/store) or --store DIR")
+    if opts.concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    out = Path(opts.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    meta_path = out / RUN_META
+    meta = _meta(opts)
+    if meta_path.exists():
+        try:
+            old = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            old = {}
+        for k in ("set_digest", "retrieval_only"):
+            if old.get(k) != meta[k]:
+                raise UsageError(
+                    f"{out} holds a run of another set or mode ({k} differs)",
+                    hint="give a new --out folder, or delete the old one",
+                )
+    else:
+        meta_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    overrides: dict = {"store": opts.store if opts.store is not None else out / "store"}
+    if opts.profile is not None:
+        overrides["profile"] = opts.profile
+    settings = load_settings(**overrides)
+    return items, settings
+
+
+def run_eval(opts: RunOptions, *, on_event: Event | None = None) -> dict:
+    """Ingest (when --corpus is given), answer every question not yet answered, score and
+    write the reports. Returns the report dict."""
+    from ragkit.eval.report import write_reports
+
+    emit = on_event or (lambda kind, info: None)
+    items, settings = prepare(opts)
+    out = Path(opts.out)
+    if opts.corpus:
+        from ragkit.ingest import ingest
+
+        emit("ingest", {"paths": [str(p) for p in opts.corpus], "store": str(settings.store)})
+        rep = ingest(list(opts.corpus), settings)
+        emit("ingested", rep.to_json())
+    answers_path = out / ANSWERS
+    done = read_answers(answers_path, repair=True)
+    todo = [i for i in items if i.id not in done]
+    concurrency = opts.concurrency
+    if concurrency > 1 and not opts.retrieval_only and settings.generator.backend == "llama_cpp":
+        emit("note", {"message": "--concurrency forced to 1: the in-process llama.cpp generator runs one question at a time"})
+        concurrency = 1
+    emit("start", {"total": len(items), "done": len(items) - len(todo), "todo": len(todo), "concurrency": concurrency})
+    answerer = Answerer(settings, opts.retrieval_only)
+    ck = Checkpoint(answers_path)
+
+    def one(item: EvalItem) -> dict:
+        rec = answerer.answer(item)
+        ck.append(rec)
+        return rec
+
+    if concurrency == 1:
+        for item in todo:
+            rec = one(item)
+            emit("answered", {"id": item.id, "status": rec["status"], "error": rec.get("error")})
+    else:
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            futs = {pool.submit(one, item): item for item in todo}
+            for fut in as_completed(futs):
+                rec = fut.result()
+                emit("answered", {"id": futs[fut].id, "status": rec["status"], "error": rec.get("error")})
+    records = read_answers(answers_path)
+    report = score(items, records, settings)
+    report["run"] = {**_meta(opts), "out": str(out), "limit": opts.limit, "corpus": [str(p) for p in opts.corpus],
+                     "store": str(settings.store), "profile": settings.profile, "concurrency": concurrency}
+    write_reports(out, report, settings)
+    emit("done", {"out": str(out)})
+    return report
+
+
+# ---------------------------------------------------------------------- scoring
+
+def _where(c: dict) -> str:
+    parts = [c.get("doc", "?")]
+    if c.get("page") is not None:
+        parts.append(f"p. {c['page']}")
+    if c.get("section"):
+        parts.append(f"§ {c['section']}")
+    return " ".join(parts)
+
+
+def _chunk_index(c: dict) -> int | None:
+    if c.get("chunk_index") is not None:
+        return int(c["chunk_index"])
+    tail = str(c.get("chunk_id", "")).rsplit(":", 1)[-1]  # ids are DOCID:NNNNN
+    return int(tail) if tail.isdigit() else None
+
+
+def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float) -> dict:
+    """Per-question scores. None means "does not apply"."""
+    row: dict = {"id": item.id, "question": item.question, "doc": item.doc, "tags": item.tags}
+    if rec is None:
+        row.update(status="missing", failed=True, why="not answered")
+        return row
+    row["status"] = rec.get("status", "ok")
+    if row["status"] != "ok":
+        row.update(failed=True, why=rec.get("error", "error"))
+        return row
+    ctxs = rec.get("contexts", [])
+    ranked = sorted(ctxs, key=lambda c: c.get("rank", c.get("n", 0)))
+    texts = [c["text"] for c in ranked]
+    generating = not rec.get("retrieval_only") and rec.get("answer") is not None
+    answer = rec.get("answer") or ""
+    ev_rank = M.evidence_rank(item.evidence, texts)
+    ev_split = False
+    if item.evidence and ev_rank is None:  # a long clause the chunker split over adjacent chunks
+        ev_rank = M.evidence_rank_split(item.evidence, [{**c, "chunk_index": _chunk_index(c)} for c in ranked])
+        ev_split = ev_rank is not None
+    pages = [(c.get("page"), c.get("page_end")) for c in ranked]
+    row.update({
+        "mode": rec.get("mode"),
+        "n_contexts": len(ctxs),
+        "evidence_in_context": (ev_rank is not None) if item.evidence else None,
+        "evidence_rank": ev_rank,
+        "evidence_split": ev_split,
+        "rr": M.reciprocal_rank(ev_rank) if item.evidence else None,
+        "page_hit": M.page_hit(item.page, pages),
+        "page_hit_at_1": M.page_hit(item.page, pages, 1),
+        "page_hit_at_3": M.page_hit(item.page, pages, 3),
+        "doc_recall": M.doc_recall(item.sources(), [c["doc"] for c in ctxs]) if not item.doc else None,
+        "answer_numbers_in_context": M.answer_numbers_in_context(item.answers, texts) if item.answerable and not item.label else None,
+        "prompt_tokens": rec.get("prompt_tokens"),
+        "cached_tokens": rec.get("cached_tokens"),
+        "completion_tokens": rec.get("completion_tokens"),
+        "projected_prefill_s": M.projected_prefill_s(rec.get("prompt_tokens") or 0, rate_tok_s),
+        "timings": rec.get("timings", {}),
+        "answer": rec.get("answer"),
+        "top_context": _where(ranked[0]) if ranked else None,
+    })
+    why: list[str] = []
+    if item.evidence and ev_rank is None:
+        why.append("evidence not retrieved")
+    if row["page_hit"] is False:
+        why.append("page not retrieved")
+    if row["doc_recall"] is not None and row["doc_recall"] < 1:
+        why.append(f"source documents retrieved {row['doc_recall']:.0%}")
+    if row["answer_numbers_in_context"] == 0:
+        why.append("no answer figure in context")
+    if generating:
+        if item.label:
+            pred = M.nli_label(answer)
+            row.update(nli_gold=item.label, nli_pred=pred)
+            if pred != item.label:
+                why.append(f"NLI {pred or 'unparsed'} != {item.label}")
+        else:
+            should = not item.answerable
+            row.update(should_abstain=should, abstained=bool(rec.get("abstained")))
+            if item.answerable and item.answers:
+                clean = M.strip_citations(answer)
+                row["answer_match"] = M.answer_match(clean, item.answers, item.answers_mode)
+                row["token_f1"] = M.token_f1(clean, item.answers)
+                if row["answer_match"] is False:
+                    why.append("answer does not match")
+            if should != row["abstained"]:
+                why.append("should have abstained" if should else "abstained wrongly")
+        by_n = {c["n"]: c["text"] for c in ctxs}
+        cited = [by_n[c["n"]] for c in rec.get("citations", []) if c.get("n") in by_n]
+        prec, valid = M.citation_scores(cited, item.evidence)
+        row.update(citation_precision=prec, valid_citation=valid, n_citations=len(cited),
+                   invalid_citations=len(rec.get("invalid_citations", [])))
+    row["failed"] = bool(why)
+    row["why"] = "; ".join(why)
+    return row
+
+
+def _agg(rows: list[dict]) -> dict:
+    ok = [r for r in rows if r.get("status") == "ok"]
+
+    def m(key: str):
+        return M.mean(r.get(key) for r in ok)
+
+    nli_rows = [r for r in ok if r.get("nli_gold")]
+    nli = M.nli_scores([r["nli_gold"] for r in nli_rows], [r["nli_pred"] for r in nli_rows]) if nli_rows else None
+    ab_rows = [r for r in ok if "should_abstain" in r]
+    ab = M.abstention_scores([r["should_abstain"] for r in ab_rows], [r["abstained"] for r in ab_rows])
+    has_unanswerable = ab["should_abstain"] > 0
+    ev_rows = [r for r in ok if r.get("rr") is not None]
+    tokens = [r["prompt_tokens"] for r in ok if r.get("prompt_tokens") is not None]
+    out = {
+        "n_questions": len(rows),
+        "n_answered": len(ok),
+        "n_errors": sum(r.get("status") == "error" for r in rows),
+        "n_missing": sum(r.get("status") == "missing" for r in rows),
+        "evidence_in_context": m("evidence_in_context"),
+        "page_hit": m("page_hit"),
+        "page_hit_at_1": m("page_hit_at_1"),
+        "page_hit_at_3": m("page_hit_at_3"),
+        "mrr": M.mrr(r["evidence_rank"] for r in ev_rows) if ev_rows else None,
+        "doc_recall": m("doc_recall"),
+        "answer_numbers_in_context": m("answer_numbers_in_context"),
+        "answer_match": m("answer_match"),
+        "token_f1": m("token_f1"),
+        "nli_accuracy": nli["accuracy"] if nli else None,
+        "nli_unparsed": (sum(r["nli_pred"] is None for r in nli_rows) / len(nli_rows)) if nli_rows else None,
+        "abstain_precision": ab["precision"] if has_unanswerable else None,
+        "abstain_recall": ab["recall"] if has_unanswerable else None,
+        "abstain_rate": (ab["abstained"] / len(ab_rows)) if ab_rows else None,
+        "citation_precision": m("citation_precision"),
+        "valid_citation_rate": m("valid_citation"),
+        "prompt_tokens_mean": M.mean(tokens),
+        "prompt_tokens_p50": M.percentile(tokens, 50),
+        "prompt_tokens_p95": M.percentile(tokens, 95),
+        "cached_tokens_mean": m("cached_tokens"),
+        "completion_tokens_mean": m("completion_tokens"),
+        "projected_prefill_s_mean": m("projected_prefill_s"),
+        "projected_prefill_s_p95": M.percentile([r["projected_prefill_s"] for r in ok], 95),
+    }
+    for st in STAGES:
+        vals = [r["timings"][st] for r in ok if st in r.get("timings", {})]
+        out[f"{st}_p50"] = M.percentile(vals, 50)
+        out[f"{st}_p95"] = M.percentile(vals, 95)
+    return out, nli, ab
+
+
+BY_TAG_KEYS = ("n_questions", "evidence_in_context", "page_hit", "mrr", "doc_recall", "answer_numbers_in_context",
+               "answer_match", "token_f1", "nli_accuracy", "prompt_tokens_mean")
+
+
+def score(items: list[EvalItem], records: dict[str, dict], settings: Settings) -> dict:
+    rate = settings.generator.prompt_rate_tok_s
+    rows = [score_item(i, records.get(i.id), rate) for i in items]
+    metrics, nli, ab = _agg(rows)
+    by_tag: dict[str, dict] = {}
+    tags = sorted({t for i in items for t in i.tags if not t.startswith(("source:", "nda-", "category:"))})
+    for t in tags:
+        sub = [r for r in rows if t in r.get("tags", [])]
+        if 0 < len(sub) < len(rows):
+            agg = _agg(sub)[0]
+            by_tag[t] = {k: agg[k] for k in BY_TAG_KEYS}
+    keep = [k for k in BY_TAG_KEYS if any(v[k] is not None for v in by_tag.values())]
+    by_tag = {t: {k: v[k] for k in keep} for t, v in by_tag.items()}
+    return {
+        "metrics": metrics,
+        "nli": nli,
+        "abstention": ab,
+        "by_tag": by_tag,
+        "questions": rows,
+        "prompt_rate_tok_s": rate,
+    }
+
+
+def rescore(run_dir: Path) -> dict:
+    """Score an existing run folder again (e.g. after a metric changed)."""
+    from ragkit.config import load_settings
+    from ragkit.eval.report import write_reports
+
+    run_dir = Path(run_dir)
+    meta_path = run_dir / RUN_META
+    if not meta_path.exists():
+        raise UsageError(f"{run_dir} is not a run folder (no {RUN_META})")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    items = load_set(Path(meta["set"]))
+    records = read_answers(run_dir / ANSWERS)
+    items = [i for i in items if i.id in records] or items
+    settings = load_settings()
+    old_report = run_dir / "report.json"
+    prev_run: dict = {}
+    if old_report.exists():  # keep the settings the run was made with
+        try:
+            prev = json.loads(old_report.read_text(encoding="utf-8"))
+            settings = Settings.model_validate(prev["settings"])
+            prev_run = prev.get("run", {})
+        except (OSError, ValueError, KeyError):
+            pass
+    report = score(items, records, settings)
+    report["run"] = {**prev_run, **meta, "out": str(run_dir)}
+    write_reports(run_dir, report, settings)
+    return report
+
+
+__all__ = ["RunOptions", "run_eval", "score", "score_item", "read_answers", "rescore"]

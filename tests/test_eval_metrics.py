@@ -1,0 +1,258 @@
+"""Eval metrics on hand-computed cases (pure functions: no model, no store)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ragkit.eval import metrics as M
+from ragkit.eval.sets import EvalItem
+
+
+# ---------------------------------------------------------------------- normalization
+
+def test_normalize_whitespace_case_hyphenation_quotes():
+    assert M.normalize("Confi-\ndential   “Information”\u00a0IS  ‘here’") == "confidential \"information\" is 'here'"
+    # a PDF line break inside a word and a real compound compare the same on both sides
+    assert M.normalize("third-\n party") == M.normalize("third-party") == "thirdparty"
+    assert M.normalize("soft\u00adhyphen — dash") == "softhyphen - dash"
+    assert M.normalize("ﬁle") == "file"  # NFKC ligature
+    assert M.normalize(None) == ""
+
+
+# ---------------------------------------------------------------------- evidence
+
+EV = "alpha beta gamma delta epsilon zeta eta theta iota kappa"  # 10 tokens
+
+
+def test_evidence_exact_containment_after_normalization():
+    ctx = "Intro. ALPHA beta\ngamma delta epsilon zeta eta theta iota kappa. Outro."
+    assert M.evidence_in_text(EV, ctx)
+    assert M.evidence_in_context(EV, ["nothing here", ctx]) is True
+    assert M.evidence_in_context(None, [ctx]) is None
+
+
+def test_evidence_token_coverage_rule_90_percent():
+    nine = "kappa iota theta eta zeta epsilon delta gamma beta"  # 9 of 10 tokens, reordered
+    eight = "kappa iota theta eta zeta epsilon delta gamma"  # 8 of 10
+    assert M.evidence_in_text(EV, nine)  # 9/10 = 0.9 >= 0.9
+    assert not M.evidence_in_text(EV, eight)  # 0.8
+    # tokens counted with multiplicity: "a a a b" needs three a's
+    assert not M.evidence_in_text("a a a a a a a a a b", "a b")
+    # coverage is per context: split across two contexts does not count
+    assert M.evidence_in_context(EV, ["alpha beta gamma delta epsilon", "zeta eta theta iota kappa"]) is False
+
+
+def test_evidence_rank_and_mrr():
+    ranked = ["unrelated text", "prefix " + EV, EV + " again"]
+    assert M.evidence_rank(EV, ranked) == 2
+    assert M.evidence_rank(EV, ["no", "nope"]) is None
+    assert M.mrr([1, 2, None, 4]) == pytest.approx((1 + 0.5 + 0 + 0.25) / 4)  # 0.4375
+    assert M.mrr([]) is None
+
+
+def test_evidence_split_over_adjacent_chunks():
+    a = {"doc": "a.pdf", "chunk_index": 3, "rank": 1, "text": "alpha beta gamma delta epsilon"}
+    b = {"doc": "a.pdf", "chunk_index": 4, "rank": 5, "text": "zeta eta theta iota kappa"}
+    # both halves are needed: the evidence is complete at rank 5
+    assert M.evidence_rank_split(EV, [a, b]) == 5
+    assert M.evidence_rank_split(EV, [b, a]) == 5  # order of the list does not matter
+    assert M.evidence_rank_split(EV, [a, {**b, "chunk_index": 6}]) is None  # not adjacent
+    assert M.evidence_rank_split(EV, [a, {**b, "doc": "b.pdf"}]) is None  # another document
+    assert M.evidence_rank_split(None, [a, b]) is None
+
+
+def test_page_hit_at_k():
+    pages = [(1, 1), (2, 4), (7, None)]
+    assert M.page_hit(3, pages) is True  # inside 2-4
+    assert M.page_hit(3, pages, k=1) is False
+    assert M.page_hit(7, pages, k=3) is True  # page_end None = single page
+    assert M.page_hit(5, pages) is False
+    assert M.page_hit(None, pages) is None
+    assert M.page_hit(1, [(None, None)]) is False
+
+
+def test_doc_recall():
+    assert M.doc_recall(["2022 Q3 AAPL.pdf", "2023 Q1 AAPL.pdf"], ["2022 q3 aapl.pdf", "x.pdf"]) == 0.5
+    assert M.doc_recall(["a.pdf"], ["A.PDF"]) == 1.0
+    assert M.doc_recall([], ["a.pdf"]) is None
+
+
+# ---------------------------------------------------------------------- numbers
+
+@pytest.mark.parametrize("a,b", [
+    ("$1.2 billion", "1,200 million"),
+    ("$1.2 billion", "$1,200,000,000"),
+    ("1,200 million", "$1,200,000,000"),
+    ("$1.2 billion", "$1,201 million"),  # 0.08% apart: rounding
+    ("12.5%", "12.5 percent"),
+    ("(1,234)", "-1,234"),
+    ("$(45) million", "-45,000,000"),
+])
+def test_numeric_match_equal(a, b):
+    assert M.numeric_match(a, b) is True
+    assert M.numeric_match(b, a) is True
+
+
+@pytest.mark.parametrize("a,b", [
+    ("$1.2 billion", "$1.3 billion"),
+    ("12.5%", "12.5"),  # a percentage is not a plain number
+    ("(1,234)", "1,234"),  # parentheses mean negative
+    ("$1.2 billion", "$1.2 million"),
+])
+def test_numeric_match_different(a, b):
+    assert M.numeric_match(a, b) is False
+
+
+def test_extract_numbers_values():
+    q = M.extract_numbers("Revenue $82,959 million, margin 43.3%, loss (1,234), years 2022-2023")
+    assert [x.value for x in q] == [82_959e6, 43.3, -1234, 2022, 2023]
+    assert [x.percent for x in q] == [False, True, False, False, False]
+    assert M.numeric_match("no digits", "42") is None
+
+
+def test_answer_numbers_in_context_scale_free():
+    gold = ["Net sales were $82,959 million, up 12.5% in 2022."]
+    ctx_full = ["Total net sales (in millions) 82,959 ... growth 12.5 %"]
+    ctx_half = ["Total net sales (in millions) 82,959"]
+    assert M.answer_numbers_in_context(gold, ctx_full) == 1.0
+    assert M.answer_numbers_in_context(gold, ctx_half) == 0.5  # 2022 is a year: not counted
+    assert M.answer_numbers_in_context(["three years"], ctx_full) is None
+
+
+# ---------------------------------------------------------------------- answers
+
+def test_answer_match_any_all():
+    pred = "Confidentiality lasts three (3) years [1] under Manitoba law."
+    assert M.answer_match(pred, ["five years", "three (3) years"], "any") is True
+    assert M.answer_match(pred, ["three (3) years", "Manitoba"], "all") is True
+    assert M.answer_match(pred, ["three (3) years", "Ontario"], "all") is False
+    assert M.answer_match(pred, [], "any") is None
+    assert M.answer_match("Sales were 1,200 million dollars", ["$1.2 billion"]) is True  # via numbers
+
+
+def test_strip_citations():
+    assert M.strip_citations("Three years [1]. Manitoba [2, 3] and [4-5].") == "Three years. Manitoba and."
+    assert M.strip_citations(None) == ""
+
+
+def test_token_f1_squad_style():
+    assert M.token_f1("a red cat", ["the black cat"]) == pytest.approx(0.5)  # [red,cat] vs [black,cat]
+    assert M.token_f1("cat cat dog", ["cat"]) == pytest.approx(0.5)  # p=1/3, r=1
+    assert M.token_f1("The cat sat on the mat.", ["cat sat on mat"]) == 1.0
+    assert M.token_f1("dog", ["cat", "a dog!"]) == 1.0  # best over golds
+    assert M.token_f1("dog", ["cat"]) == 0.0
+    assert M.token_f1("x", []) is None
+
+
+# ---------------------------------------------------------------------- NLI
+
+@pytest.mark.parametrize("answer,label", [
+    ("Yes, the agreement says so [1].", "Entailment"),
+    ("**Yes** [2]", "Entailment"),
+    ("No. Confidential Information includes business information [1].", "Contradiction"),
+    ("Not mentioned.", "NotMentioned"),
+    ("No, the agreement does not mention reverse engineering.", "NotMentioned"),
+    ("The documents do not say.", "NotMentioned"),
+    ("Nothing in section 3 covers it.", None),  # "nothing" is not "no"
+    ("The agreement requires notice.", None),
+    ("", None),
+])
+def test_nli_label_mapping(answer, label):
+    assert M.nli_label(answer) == label
+
+
+def test_nli_scores_hand_computed():
+    gold = ["Entailment", "Entailment", "Contradiction", "NotMentioned"]
+    pred = ["Entailment", "Contradiction", "Contradiction", None]
+    s = M.nli_scores(gold, pred)
+    assert s["accuracy"] == 0.5
+    e, c, n = (s["per_class"][k] for k in ("Entailment", "Contradiction", "NotMentioned"))
+    assert (e["precision"], e["recall"]) == (1.0, 0.5) and e["f1"] == pytest.approx(2 / 3)
+    assert (c["precision"], c["recall"]) == (0.5, 1.0) and c["f1"] == pytest.approx(2 / 3)
+    assert n["precision"] is None and n["recall"] == 0.0 and n["f1"] is None
+    assert (e["support"], c["predicted"]) == (2, 2)
+
+
+# ---------------------------------------------------------------------- abstention, citations, cost
+
+def test_abstention_precision_recall():
+    s = M.abstention_scores([True, True, False, False], [True, False, True, False])
+    assert (s["precision"], s["recall"]) == (0.5, 0.5)
+    s = M.abstention_scores([False, False], [False, False])
+    assert s["precision"] is None and s["recall"] is None
+
+
+def test_citation_scores():
+    assert M.citation_scores(["see " + EV, "other"], EV) == (0.5, True)
+    assert M.citation_scores(["other"], EV) == (0.0, False)
+    assert M.citation_scores([], EV) == (None, False)
+    assert M.citation_scores(["x"], None) == (None, None)
+
+
+def test_cost_and_percentiles():
+    assert M.projected_prefill_s(1060, 106) == pytest.approx(10.0)
+    with pytest.raises(ValueError):
+        M.projected_prefill_s(10, 0)
+    assert M.percentile([4, 1, 3, 2], 50) == 2.5
+    assert M.percentile([1, 2, 3, 4], 95) == pytest.approx(3.85)  # pos 2.85 -> 3 + 0.85
+    assert M.percentile([7], 95) == 7.0
+    assert M.percentile([], 50) is None
+    assert M.mean([True, False, None, 1.0]) == pytest.approx(2 / 3)
+
+
+# ---------------------------------------------------------------------- per-question scoring
+
+def _rec(contexts, **kw):
+    rec = {"id": "q", "status": "ok", "retrieval_only": False, "mode": "retrieved", "prompt_tokens": 530,
+           "cached_tokens": 0, "completion_tokens": 10, "timings": {"total_s": 1.0}, "answer": "", "abstained": False,
+           "citations": [], "invalid_citations": [], "contexts": contexts}
+    rec.update(kw)
+    return rec
+
+
+def test_score_item_ranks_by_retrieval_not_prompt_order():
+    from ragkit.eval.run import score_item
+
+    ctxs = [  # prompt order n=1..3; retrieval rank differs
+        {"n": 1, "rank": 3, "doc": "a.pdf", "page": 1, "page_end": 1, "text": EV},
+        {"n": 2, "rank": 1, "doc": "a.pdf", "page": 2, "page_end": 2, "text": "unrelated"},
+        {"n": 3, "rank": 2, "doc": "a.pdf", "page": 5, "page_end": 6, "text": "also unrelated"},
+    ]
+    item = EvalItem(id="q", question="?", doc="a.pdf", answers=["alpha beta"], evidence=EV, page=1)
+    row = score_item(item, _rec(ctxs, answer="It is alpha beta [1] and [3].",
+                                citations=[{"n": 1}, {"n": 3}]), rate_tok_s=106.0)
+    assert row["evidence_in_context"] is True
+    assert row["evidence_rank"] == 3 and row["rr"] == pytest.approx(1 / 3)
+    assert row["page_hit"] is True and row["page_hit_at_1"] is False and row["page_hit_at_3"] is True
+    assert row["answer_match"] is True
+    assert row["citation_precision"] == 0.5 and row["valid_citation"] is True
+    assert row["projected_prefill_s"] == pytest.approx(5.0)
+    assert row["failed"] is False
+
+    unans = EvalItem(id="u", question="?", doc="a.pdf", answerable=False)
+    row = score_item(unans, _rec(ctxs, answer="It is 5."), rate_tok_s=106.0)
+    assert row["should_abstain"] is True and row["abstained"] is False and row["failed"] is True
+    assert "should have abstained" in row["why"]
+
+    nli = EvalItem(id="n", question="?", answers=["No"], label="Contradiction")
+    row = score_item(nli, _rec(ctxs, answer="Yes [1]."), rate_tok_s=106.0)
+    assert (row["nli_gold"], row["nli_pred"], row["failed"]) == ("Contradiction", "Entailment", True)
+    assert "should_abstain" not in row  # NLI questions are scored by label, not abstention
+
+
+def test_score_aggregates_null_where_no_data():
+    from ragkit.config import load_settings
+    from ragkit.eval.run import score
+
+    items = [EvalItem(id="a", question="?", answers=["x"]), EvalItem(id="b", question="?", answers=["y"])]
+    recs = {"a": _rec([{"n": 1, "rank": 1, "doc": "d", "page": None, "page_end": None, "text": "x"}], id="a", answer="x [1]"),
+            "b": {"id": "b", "status": "error", "error": "no ingested document"}}
+    rep = score(items, recs, load_settings())
+    m = rep["metrics"]
+    assert m["n_questions"] == 2 and m["n_answered"] == 1 and m["n_errors"] == 1
+    for k in ("evidence_in_context", "page_hit", "mrr", "nli_accuracy", "abstain_precision", "abstain_recall", "citation_precision"):
+        assert m[k] is None, k
+    assert m["answer_match"] == 1.0 and m["token_f1"] == 1.0
+    assert m["prompt_tokens_mean"] == 530 and math.isclose(m["projected_prefill_s_mean"], 530 / 106)
