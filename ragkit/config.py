@@ -43,8 +43,14 @@ class RetrieveSettings(BaseModel):
     top_k: int = 8
     candidates: int = 40
     rrf_k: int = 60
+    bm25_weight: float = Field(1.0, description="weight of the BM25 ranking in the fusion (dense has 1.0)")
     reranker: str | None = Field(None, description="path to a sentence-transformers CrossEncoder; off by default")
     rerank_candidates: int = 30
+    abstain_below: float = Field(
+        0.30,
+        description="answer 'The documents do not say.' without generating when the best source's cosine "
+        "similarity to the question is below this (0 turns the gate off)",
+    )
 
 
 class GeneratorSettings(BaseModel):

@@ -93,3 +93,19 @@ def test_cli_docs_and_ingest_json(nda_store, tmp_path):
 
     res = runner.invoke(app, ["ask", "x?", "--store", str(tmp_path / "none")])
     assert res.exit_code == 4 and "no ragkit store" in res.output
+
+
+def test_a_question_the_documents_cannot_answer_is_abstained(nda_store):
+    r = ask("What is the capital of France?", nda_store)
+    assert r.abstained and r.answer == "The documents do not say."
+    assert r.citations == [] and "best similarity" in r.abstain_reason
+    assert r.prompt.best_similarity < nda_store.retrieve.abstain_below
+    r2 = ask("What is the purchase price of the shares?", nda_store, docs=["ai-osi-stack-mutual-nda"])
+    assert r2.abstained
+    # an answerable question passes the gate and reaches the model
+    r3 = ask("Which law governs the agreement?", nda_store, docs=["cnli_dev_019.pdf"], dry_run=True)
+    assert r3.prompt.best_similarity >= nda_store.retrieve.abstain_below
+    res = runner.invoke(app, ["ask", "Who won the 2018 World Cup?", "--store", str(nda_store.store), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["abstained"] is True and out["citations"] == [] and out["usage"]["completion_tokens"] == 0

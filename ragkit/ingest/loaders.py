@@ -84,6 +84,8 @@ def load(
     else:
         blocks = _load_plain(_read_text(path, kind))
     blocks = [b for b in blocks if b.text.strip()]
+    if suffix == ".pdf":
+        blocks = drop_running_lines(blocks)
     if not blocks:
         if suffix == ".pdf":
             from ragkit.ingest.ocr import INSTALL_HINT, tesseract
@@ -199,6 +201,25 @@ def _paragraphs(lines: list[str]) -> list[str]:
 
 def _dehyphenate(p: str) -> str:
     return re.sub(r"(\w)- (\w)", lambda m: m.group(1) + m.group(2) if m.group(2).islower() else m.group(0), p)
+
+
+def drop_running_lines(blocks: list[Block]) -> list[Block]:
+    """Drop running headers and footers: short text blocks that repeat (digits ignored)
+    on at least 3 pages and 30% of the pages ("AMAZON.COM, INC.", "Apple Inc. | Q1 2023
+    Form 10-Q | 4"). Left in, they become bogus section headings on every page."""
+    pages = {b.page for b in blocks if b.page is not None}
+    if len(pages) < 3:
+        return blocks
+    def key(b: Block) -> str:
+        return re.sub(r"\d+", "#", " ".join(b.text.split()).lower())
+    seen: dict[str, set[int]] = {}
+    for b in blocks:
+        if b.kind == "text" and len(b.text) <= 100 and b.page is not None:
+            seen.setdefault(key(b), set()).add(b.page)
+    running = {k for k, ps in seen.items() if len(ps) >= max(3, 0.3 * len(pages))}
+    if not running:
+        return blocks
+    return [b for b in blocks if not (b.kind == "text" and len(b.text) <= 100 and key(b) in running)]
 
 
 def _page_blocks(page_texts: list[tuple[int, str]]) -> list[Block]:

@@ -18,6 +18,10 @@ _CN_NUM = "一二三四五六七八九十百千零〇两"
 # (pattern, how to compute the level from the match). Order matters.
 _HEADING_RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], int]]] = [
     (re.compile(r"^(ARTICLE|Article)\s+([IVXLC]+|\d+)\b"), lambda m: 1),
+    # SEC filings: "PART I — FINANCIAL INFORMATION", "Item 1A. Risk Factors", "Note 4 – Leases"
+    (re.compile(r"^(PART|Part)\s+[IVX]+\b"), lambda m: 1),
+    (re.compile(r"^(ITEM|Item)\s+\d{1,2}[A-Z]?\.(\s|$)"), lambda m: 2),
+    (re.compile(r"^(NOTE|Note)\s+\d{1,2}\s*[–—:.-]\s*\S"), lambda m: 3),
     (re.compile(r"^(SECTION|Section)\s+(\d+(?:\.\d+)*)\b"), lambda m: m.group(2).count(".") + 1),
     (re.compile(rf"^第[{_CN_NUM}\d]+[编]"), lambda m: 1),
     (re.compile(rf"^第[{_CN_NUM}\d]+[章]"), lambda m: 1),
@@ -61,7 +65,7 @@ def starts_new_block(line: str) -> bool:
 
 
 _NUM_PREFIX = re.compile(
-    rf"^((?:ARTICLE|Article|SECTION|Section)\s+[\dIVXLC]+(?:\.\d+)*\.?|\d{{1,3}}(?:\.\d{{1,3}})*\.?|第[{_CN_NUM}\d]+[编章节条款]|[{_CN_NUM}]+、|[（(][{_CN_NUM}]+[)）])\s*(.*)$",
+    rf"^((?:ARTICLE|Article|SECTION|Section|PART|Part|ITEM|Item)\s+[\dIVXLC]+[A-Z]?(?:\.\d+)*\.?|(?:NOTE|Note)\s+\d+\s*[–—:.-]|\d{{1,3}}(?:\.\d{{1,3}})*\.?|第[{_CN_NUM}\d]+[编章节条款]|[{_CN_NUM}]+、|[（(][{_CN_NUM}]+[)）])\s*(.*)$",
     re.S,
 )
 

@@ -127,12 +127,13 @@ class BM25Index:
         return [(self.ids[int(i)], float(s)) for i, s in zip(res[0], scores[0]) if s > 0]
 
 
-def rrf(rankings: list[list[str]], k: int = 60) -> list[tuple[str, float]]:
-    """Reciprocal rank fusion (Cormack et al. 2009): score = sum of 1 / (k + rank)."""
+def rrf(rankings: list[list[str]], k: int = 60, weights: list[float] | None = None) -> list[tuple[str, float]]:
+    """Reciprocal rank fusion (Cormack et al. 2009): score = sum of w / (k + rank)."""
     scores: dict[str, float] = {}
-    for ranking in rankings:
+    for n, ranking in enumerate(rankings):
+        w = weights[n] if weights else 1.0
         for rank, item in enumerate(ranking, 1):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+            scores[item] = scores.get(item, 0.0) + w / (k + rank)
     return sorted(scores.items(), key=lambda kv: -kv[1])
 
 

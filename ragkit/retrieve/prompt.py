@@ -75,6 +75,7 @@ class Prompt:
     budget: int  # tokens available to sources
     dropped: int = 0  # candidate sections that did not fit
     segments: list[tuple[str, bool]] = field(default_factory=list)  # (text, special) in order
+    best_similarity: float | None = None  # cosine of the best source to the question (dense modes)
 
 
 def render_chat_parts(chat_template: str, bos: str = "", eos: str = "") -> tuple[str, str, str]:
@@ -151,13 +152,14 @@ class PromptBuilder:
                 hint="shorten the question or raise generator.n_ctx",
             )
         order = {d: i for i, d in enumerate(doc_order or [])}
+        ranked = {h.id: h.score for h in candidates}  # whole-document sources keep their retrieval score
 
         def ctx_of(h: Hit) -> Context:
             m = h.meta
             return Context(
                 n=0, doc=m.get("doc_name", "?"), doc_id=m.get("doc_id", ""), chunk_id=h.id,
                 chunk_index=int(m.get("chunk_index", 0)), section=m.get("section") or None,
-                page_start=m.get("page_start"), page_end=m.get("page_end"), text=h.text, score=h.score,
+                page_start=m.get("page_start"), page_end=m.get("page_end"), text=h.text, score=ranked.get(h.id, h.score),
             )
 
         def sort_key(c: Context):

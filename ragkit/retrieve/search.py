@@ -70,6 +70,7 @@ def hybrid_search(
     rrf_k: int = 60,
     per_doc: bool = False,
     all_docs: bool = False,
+    bm25_weight: float = 1.0,
 ) -> list[Hit]:
     """Dense (Chroma) and BM25 rankings fused by reciprocal rank fusion. With `per_doc`,
     each document is searched on its own and the fused lists interleaved by rank, so
@@ -83,15 +84,18 @@ def hybrid_search(
     for group in groups:
         doc_ids = sorted({d.doc_id for d in group})
         rankings: list[list[str]] = []
+        weights: list[float] = []
         dense: list[Hit] = []
         if mode in ("hybrid", "dense") and query_vec is not None:
             dense = store.query(query_vec, per, doc_ids, all_live=all_live)
             rankings.append([h.id for h in dense])
+            weights.append(1.0)
         lex: list[tuple[str, float]] = []
         if mode in ("hybrid", "bm25") and lexical is not None:
             lex = lexical.search(query, per, None if all_live else doc_ids)
             rankings.append([i for i, _ in lex])
-        fused = rrf(rankings, rrf_k)[:per]
+            weights.append(bm25_weight)
+        fused = rrf(rankings, rrf_k, weights)[:per]
         known = {h.id: h for h in dense}
         missing = [i for i, _ in fused if i not in known]
         known.update(_get_hits(store, missing))
