@@ -130,16 +130,47 @@ def label_of(answer: str) -> str:
     return {"yes": "Yes", "no": "No"}.get(first, "Not mentioned")
 
 
-def _best_quote(contexts, question: str, answer: str):
-    """The clause that answers the item, found by retrieval (not by the model): the
-    highest-ranked source, and in it the sentence sharing most words with the question
-    and the answer. A lawyer checks this quote, whatever the model said."""
+def _best_quote(contexts, item: "ChecklistItem", answer: str):
+    """The clause that answers the item, found without trusting the model: among the
+    sources in the prompt, the one whose section title and text share most words with
+    the item's title and question (title words count double), ties broken by retrieval
+    rank; then, in it, the sentence sharing most words. A lawyer checks this quote,
+    whatever the model said."""
+    import snowballstemmer
+
+    from ragkit.retrieve.bm25 import tokenize
     from ragkit.retrieve.citations import best_quote
 
     if not contexts:
         return None
-    top = max(contexts, key=lambda c: c.score)
-    return top, best_quote(top.text, question + " " + answer)
+    stem = snowballstemmer.stemmer("english").stemWords  # "independently developed" ~ "independent development"
+
+    def words(text: str) -> set[str]:
+        return set(stem(tokenize(text)))
+
+    want = words(item.title + " " + item.question)
+    title_words = words(item.title)
+    bags = [(words(c.section or ""), words(c.text)) for c in contexts]
+    # words found in every section of the document ("confidential", "party") tell
+    # nothing: weight each word by its inverse document frequency across the sections
+    import math
+
+    n = len(bags)
+    idf = {w: math.log((n + 1) / (1 + sum(1 for sec, body in bags if w in sec or w in body))) for w in want}
+    fits = {}
+    for c, (sec, body) in zip(contexts, bags):
+        fits[id(c)] = (
+            # a section whose heading names the item ("6. Term and Termination" for "Term")
+            # is the strongest sign, whatever the word's frequency
+            sum((idf[w] + 1.0) * 3 if w in title_words else idf[w] for w in want & sec) + sum(idf[w] for w in want & body),
+            c.score,
+        )
+
+    def fit(c) -> tuple:
+        return fits[id(c)]
+
+    top = max(contexts, key=fit)
+    return top, best_quote(top.text, item.title + " " + item.question + " " + answer)
 
 
 def compare(
@@ -172,20 +203,17 @@ def compare(
                 raise UsageError(f"{doc} could not be represented in the prompt", hint="raise generator.n_ctx")
             g = r.generation
             label = ("Not mentioned" if r.abstained else label_of(r.answer)) if yes_no else ("Not mentioned" if r.abstained else "Found")
-            # the quote: the model's own citation when it gave a valid one, else the
-            # best-ranked clause of the document for this item
-            cited = next((c for c in r.citations if not c.inferred), None)
-            if cited is not None:
-                quote, page, section = cited.quote, cited.page, cited.section
-            else:
-                found = _best_quote(r.prompt.contexts, row.item.question, r.answer)
-                top, quote = found if found else (None, None)
-                page, section = (top.page_start, top.section) if top else (None, None)
+            # the quote: the clause of this document that matches the checklist item best
+            # (chosen from the sources, not from the model's citation: a small model often
+            # cites the wrong block)
+            found = _best_quote(r.prompt.contexts, row.item, r.answer)
+            top, quote = found if found else (None, None)
+            page, section = (top.page_start, top.section) if top else (None, None)
             row.findings[doc] = Finding(
                 doc=r.prompt.contexts[0].doc,
                 label=label,
                 answer=r.answer,
-                quote=quote if label != "Not mentioned" else None,
+                quote=quote,
                 page=page,
                 section=section,
                 path=None,
@@ -206,11 +234,12 @@ def to_markdown(c: Comparison) -> str:
         cells = []
         for d in c.docs:
             f = r.findings.get(d)
-            if f is None or f.label == "Not mentioned" or not f.quote:
+            if f is None or not f.quote:
                 cells.append(f"{f.label if f else '-'}: not found")
             else:
                 loc = ", ".join(x for x in [f"p. {f.page}" if f.page else "", f"§ {f.section}" if f.section else ""] if x)
-                cells.append(f"**{f.label}**: “{f.quote}” ({loc})".replace("|", "\\|"))
+                hint = " (closest clause)" if f.label == "Not mentioned" else ""
+                cells.append(f"**{f.label}**{hint}: “{f.quote}” ({loc})".replace("|", "\\|"))
         lines.append(f"| {r.item.title} | " + " | ".join(cells) + f" | {r.difference} |")
     j = c.to_json()["cost"]
     lines += ["", f"Prefilled tokens: {j['prefilled_tokens']} (total {j['prefilled_tokens_total']}); "
@@ -227,12 +256,13 @@ def to_html(c: Comparison, paths: dict[str, str]) -> str:
         cells = []
         for d in c.docs:
             f = r.findings.get(d)
-            if f is None or f.label == "Not mentioned" or not f.quote:
+            if f is None or not f.quote:
                 cells.append(f"<td class='nf'>{e(f.label if f else '-')}: not found</td>")
                 continue
             href = Path(paths.get(d, d)).resolve().as_uri() + (f"#page={f.page}" if f.page else "")
             loc = ", ".join(x for x in [f"p. {f.page}" if f.page else "", f"§ {f.section}" if f.section else ""] if x)
-            cells.append(f"<td><b>{e(f.label)}</b><blockquote><a href='{e(href)}'>“{e(f.quote)}”</a></blockquote><small>{e(loc)}</small></td>")
+            hint = " (closest clause)" if f.label == "Not mentioned" else ""
+            cells.append(f"<td><b>{e(f.label)}</b>{hint}<blockquote><a href='{e(href)}'>“{e(f.quote)}”</a></blockquote><small>{e(loc)}</small></td>")
         cls = "diff" if r.difference.startswith("differs") else ""
         body.append(f"<tr class='{cls}'><th>{e(r.item.title)}<br><small>{e(r.item.question)}</small></th>{''.join(cells)}<td>{e(r.difference)}</td></tr>")
     j = c.to_json()["cost"]

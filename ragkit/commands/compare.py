@@ -64,11 +64,12 @@ def register(app: typer.Typer) -> None:
             cells = []
             for d in docs:
                 f = r.findings[d]
-                if f.label == "Not mentioned" or not f.quote:
+                if not f.quote:
                     cells.append(f"[dim]{f.label}: not found[/]")
                 else:
                     loc = ", ".join(x for x in [f"p. {f.page}" if f.page else "", f"§ {f.section}" if f.section else ""] if x)
-                    cells.append(f"[b]{f.label}[/] “{f.quote}” [dim]({loc})[/]")
+                    hint = " [dim](closest clause)[/]" if f.label == "Not mentioned" else ""
+                    cells.append(f"[b]{f.label}[/]{hint} “{f.quote}” [dim]({loc})[/]")
             table.add_row(r.item.title, *cells, r.difference)
         Console().print(table)
         cost = result.to_json()["cost"]
