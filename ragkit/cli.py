@@ -31,7 +31,7 @@ app = typer.Typer(
 docs_app = typer.Typer(help="List or remove ingested documents.", invoke_without_command=True, no_args_is_help=False)
 app.add_typer(docs_app, name="docs")
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one line per message, greppable
 out = Console()
 
 StoreOpt = typer.Option(None, "--store", help="store folder (default ./.ragkit, or RAGKIT_STORE / ragkit.toml)")

@@ -64,3 +64,54 @@ def make_bad_files(folder: Path, good_pdf: Path, good_docx: Path) -> dict[str, s
     put("only-spaces.md", b"   \n\n  \t \n", "no text")
     put("notes.xyz", b"some text", "unsupported")
     return expect
+
+
+def make_many_bad_files(folder: Path, good_pdf: Path, good_docx: Path) -> dict[str, str]:
+    """At least 40 malformed inputs of different kinds (issue: reliability). Returns
+    {file name: a word its error must contain}."""
+    import gzip
+
+    import pypdf
+
+    expect = make_bad_files(folder, good_pdf, good_docx)
+    pdf = good_pdf.read_bytes()
+    docx = good_docx.read_bytes()
+
+    def put(name: str, data: bytes, word: str) -> None:
+        (folder / name).write_bytes(data)
+        expect[name] = word
+
+    for frac in (0.05, 0.5, 0.9):
+        put(f"truncated-{int(frac * 100)}.pdf", pdf[: int(len(pdf) * frac)], "PDF")
+    put("header-only.pdf", b"%PDF-1.7\n", "PDF")
+    put("jpeg.pdf", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + os.urandom(2000), "not a PDF")
+    put("docx-named.pdf", docx, "not a PDF")
+    put("pdf-named.docx", pdf, "not a DOCX")
+    put("gzip.txt", gzip.compress(b"hello " * 1000), "binary")
+    put("nul.txt", b"\0" * 4096, "binary")
+    put("mixed-encoding.txt", "Clause 1. Caf\u00e9 ".encode() + "na\u00efve r\u00e9sum\u00e9".encode("latin-1"), "UTF-8")
+    put("utf16-no-bom.txt", "Confidential information".encode("utf-16-le"), "binary")
+    put("random.docx", os.urandom(3000), "not a DOCX")
+    put("empty-zip.docx", b"PK\x05\x06" + b"\0" * 18, "DOCX")
+    put("html.md", b"\x00\x01\x02binary in markdown", "binary")
+    put("spaces.txt", b" \n\t\n   \n", "no text")
+    put("zero.md", b"", "empty")
+    put("latin1.md", "# Vertrag\n\nGerichtsstand M\u00fcnchen.\n".encode("latin-1"), "UTF-8")
+    put("ole.docx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 1000, "legacy MS Office")
+    # 5,000 pages: refused by the page limit before any page is read
+    big = pypdf.PdfWriter()
+    for _ in range(5000):
+        big.add_blank_page(width=72, height=72)
+    buf = io.BytesIO()
+    big.write(buf)
+    put("pages-5000.pdf", buf.getvalue(), "5000 pages")
+    # a very long file name (255 bytes is the usual limit)
+    put("n" * 240 + ".pdf", b"not a pdf at all", "not a PDF")
+    # symbolic link loop, and a link to nowhere
+    os.symlink(folder / "loop-b.pdf", folder / "loop-a.pdf")
+    os.symlink(folder / "loop-a.pdf", folder / "loop-b.pdf")
+    expect["loop-a.pdf"] = "link"
+    expect["loop-b.pdf"] = "link"
+    os.symlink(folder / "does-not-exist.pdf", folder / "dangling.pdf")
+    expect["dangling.pdf"] = "broken symbolic link"
+    return expect

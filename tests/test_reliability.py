@@ -191,3 +191,61 @@ def test_cli_works_inside_a_network_namespace_with_no_network(tmp_path):
 
     out = json.loads(r.stdout)
     assert out["usage"]["completion_tokens"] > 0 and out["usage"]["prompt_tokens"] <= 1000
+
+
+def test_forty_malformed_files_one_clear_line_each_and_the_store_is_untouched(tmp_path):
+    """≥40 bad inputs through the real CLI: each is named once with its reason, exit 1,
+    no traceback, a good file in the same batch goes in, and what was ingested before
+    is unchanged byte for byte."""
+    import json
+
+    from badfiles import make_many_bad_files
+
+    store = tmp_path / "store"
+    settings = make_settings(store)
+    ingest([CORPORA / "cnli_dev_411.pdf"], settings)
+    st = open_store(settings, load_embedder(settings), create=False)
+    before = st.col.get(include=["documents", "metadatas"])
+    bad = tmp_path / "bad"
+    expect = make_many_bad_files(bad, CORPORA / "cnli_dev_019.pdf", CORPORA / "cnli_dev_054.docx")
+    assert len(expect) >= 40
+    shutil.copy(CORPORA / "bonterms-mutual-nda-v1.pdf", bad / "good.pdf")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "ragkit.cli", "ingest", str(bad), "--store", str(store), "--json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    out = json.loads(r.stdout)
+    failed = {Path(f["path"]).name: f["error"] for f in out["failed"]}
+    assert set(failed) == set(expect) - {"notes.xyz"}, set(expect) ^ set(failed)  # .xyz is skipped in folders
+    for name, word in expect.items():
+        if name in failed:
+            assert word.lower() in failed[name].lower(), (name, failed[name])
+            assert "\n" not in failed[name]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip().startswith("failed")]
+    for name in failed:
+        assert sum(name in ln for ln in lines) == 1, name
+    assert out["added"] == 1  # good.pdf
+    after = open_store(settings, load_embedder(settings), create=False).col.get(include=["documents", "metadatas"])
+    old = {i: (d, m) for i, d, m in zip(before["ids"], before["documents"], before["metadatas"])}
+    new = {i: (d, m) for i, d, m in zip(after["ids"], after["documents"], after["metadatas"])}
+    assert all(new[i] == old[i] for i in old), "a previously ingested chunk changed"
+    print(f"{len(expect)} malformed files, {len(failed)} reported, {elapsed:.1f}s")
+
+
+def test_a_file_that_vanishes_mid_run_is_reported_and_the_batch_goes_on(tmp_path):
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    for name in ["cnli_dev_019.pdf", "cnli_dev_411.pdf", "ai-osi-stack-mutual-nda.md"]:
+        shutil.copy(CORPORA / name, corpus / name)
+    victim = corpus / "cnli_dev_411.pdf"
+
+    def on_event(kind, info):
+        if kind == "file" and victim.exists():
+            victim.unlink()  # gone after discovery, before its turn
+
+    report = ingest([corpus], make_settings(tmp_path / "s"), on_event=on_event)
+    assert [Path(f["path"]).name for f in report.failed] == ["cnli_dev_411.pdf"]
+    assert "vanished" in report.failed[0]["error"]
+    assert report.added == 2

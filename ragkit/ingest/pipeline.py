@@ -80,6 +80,14 @@ def discover(paths: list[Path]) -> tuple[list[Path], list[dict]]:
 
 def _hash_file(path: Path) -> str:
     h = hashlib.sha256()
+    if os.path.islink(path):
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            raise DocumentError(str(path), f"broken symbolic link (points to {os.readlink(path)})") from None
+        except OSError as exc:
+            if exc.errno == 40:  # ELOOP
+                raise DocumentError(str(path), "symbolic link loop") from None
     try:
         with open(path, "rb") as f:
             while block := f.read(1 << 20):
