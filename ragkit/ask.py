@@ -156,25 +156,38 @@ def ask(
     result = AskResult(question=question, prompt=prompt, timings=timings)
     if dry_run:
         return result
-    gate = settings.retrieve.abstain_below
-    if gate > 0 and prompt.best_similarity is not None and prompt.best_similarity < gate:
-        # Nothing in the documents is about this question: say so instead of letting a
-        # small model invent an answer (measured: unanswerable questions scored 0.16-0.29
-        # against the sample NDAs, answerable ones 0.39-0.70).
-        result.answer = ABSTAIN_TEXT
-        result.abstained = True
-        result.abstain_reason = f"no source is relevant (best similarity {prompt.best_similarity:.2f} < {gate:.2f})"
-        result.generation = Generation(prompt_tokens=len(prompt.ids))
-        result.timings.update({"generate_s": 0.0, "ttft_s": 0.0, "total_s": time.perf_counter() - t0})
-        if on_text is not None:
-            on_text(result.answer)
+    if abstain_if_irrelevant(result, settings, t0, on_text):
         return result
     gen = generator.generate(prompt.ids, max_tokens=settings.generator.max_tokens, on_text=on_text)
+    finish(result, gen, t0)
+    return result
+
+
+def abstain_if_irrelevant(result: AskResult, settings: Settings, t0: float, on_text: Callable[[str], None] | None = None) -> bool:
+    """When nothing in the documents is about the question, answer "The documents do not
+    say." without generating, instead of letting a small model invent an answer
+    (measured: unanswerable questions scored 0.16-0.29 against the sample NDAs,
+    answerable ones 0.39-0.70). Returns whether it abstained."""
+    gate = settings.retrieve.abstain_below
+    best = result.prompt.best_similarity
+    if not (gate > 0 and best is not None and best < gate):
+        return False
+    result.answer = ABSTAIN_TEXT
+    result.abstained = True
+    result.abstain_reason = f"no source is relevant (best similarity {best:.2f} < {gate:.2f})"
+    result.generation = Generation(prompt_tokens=len(result.prompt.ids))
+    result.timings.update({"generate_s": 0.0, "ttft_s": 0.0, "total_s": time.perf_counter() - t0})
+    if on_text is not None:
+        on_text(result.answer)
+    return True
+
+
+def finish(result: AskResult, gen: Generation, t0: float) -> None:
+    """Fill a result from a generation: answer, checked citations, abstention, timings."""
     result.generation = gen
     result.answer = gen.text.strip()
-    result.citations, result.invalid_citations = extract(result.answer, prompt.contexts)
+    result.citations, result.invalid_citations = extract(result.answer, result.prompt.contexts)
     result.abstained = is_abstention(result.answer)
     result.timings["generate_s"] = gen.total_s
     result.timings["ttft_s"] = gen.ttft_s
     result.timings["total_s"] = time.perf_counter() - t0
-    return result

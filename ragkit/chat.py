@@ -31,11 +31,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ragkit.ask import AskResult, build_prompt
+from ragkit.ask import AskResult, abstain_if_irrelevant, build_prompt, finish
 from ragkit.config import Settings
 from ragkit.errors import UsageError
 from ragkit.generate import load_generator
-from ragkit.retrieve.citations import extract, is_abstention
 from ragkit.retrieve.prompt import Prompt
 
 STATE_VERSION = 1
@@ -64,21 +63,18 @@ class ChatSession:
         t0 = time.perf_counter()
         prompt, timings = build_prompt(question, self.settings, self.docs, generator=self.generator)
         result = AskResult(question=question, prompt=prompt, timings=timings)
+        if abstain_if_irrelevant(result, self.settings, t0, on_text):
+            return result
         restored = self.restore_state(prompt) if self.state_dir is not None else None
         if restored is not None:
             result.timings["state_load_s"] = restored
         gen = self.generator.generate(prompt.ids, max_tokens=self.settings.generator.max_tokens, on_text=on_text)
-        result.generation = gen
-        result.answer = gen.text.strip()
-        result.citations, result.invalid_citations = extract(result.answer, prompt.contexts)
-        result.abstained = is_abstention(result.answer)
-        result.timings["generate_s"] = gen.total_s
-        result.timings["ttft_s"] = gen.ttft_s
+        finish(result, gen, t0)
         if self.state_dir is not None:
             saved = self.save_state(prompt)
             if saved is not None:
                 result.timings["state_save_s"] = saved
-        result.timings["total_s"] = time.perf_counter() - t0
+            result.timings["total_s"] = time.perf_counter() - t0
         return result
 
     # ------------------------------------------------------------ saved state

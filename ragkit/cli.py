@@ -8,7 +8,6 @@ Exit codes: 0 success; 1 some input files failed; 2 usage or configuration error
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
