@@ -139,6 +139,7 @@ def ask(
 ) -> None:
     """Answer a question from the ingested documents, with citations to document, page and section."""
     from ragkit.ask import ask as run_ask
+    from ragkit.retrieve.prompt import format_location
 
     try:
         settings = _settings(store, profile)
@@ -176,7 +177,7 @@ def ask(
     if result.citations:
         out.print("[bold]Sources[/]")
         for c in result.citations:
-            where = ", ".join(x for x in [f"p. {c.page}" if c.page else "", f"§ {c.section}" if c.section else ""] if x)
+            where = format_location(c.page, c.section)
             flag = " [dim](matched by wording; the model gave no marker)[/]" if c.inferred else ""
             out.print(f" [{c.n}] [cyan]{c.doc}[/] {where}{flag}", highlight=False)
             out.print(f"     “{c.quote}”", highlight=False, style="dim")

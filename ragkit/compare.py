@@ -19,6 +19,7 @@ from typing import Callable
 from ragkit.config import Settings
 from ragkit.errors import ConfigError, UsageError
 from ragkit.paths import prompts_dir
+from ragkit.retrieve.prompt import format_location
 
 LABELS = ("Yes", "No", "Not mentioned", "Unclear", "Found")
 NLI = {"Yes": "Entailment", "No": "Contradiction", "Not mentioned": "NotMentioned"}
@@ -237,7 +238,7 @@ def to_markdown(c: Comparison) -> str:
             if f is None or not f.quote:
                 cells.append(f"{f.label if f else '-'}: not found")
             else:
-                loc = ", ".join(x for x in [f"p. {f.page}" if f.page else "", f"§ {f.section}" if f.section else ""] if x)
+                loc = format_location(f.page, f.section)
                 hint = " (closest clause)" if f.label == "Not mentioned" else ""
                 cells.append(f"**{f.label}**{hint}: “{f.quote}” ({loc})".replace("|", "\\|"))
         lines.append(f"| {r.item.title} | " + " | ".join(cells) + f" | {r.difference} |")
@@ -260,7 +261,7 @@ def to_html(c: Comparison, paths: dict[str, str]) -> str:
                 cells.append(f"<td class='nf'>{e(f.label if f else '-')}: not found</td>")
                 continue
             href = Path(paths.get(d, d)).resolve().as_uri() + (f"#page={f.page}" if f.page else "")
-            loc = ", ".join(x for x in [f"p. {f.page}" if f.page else "", f"§ {f.section}" if f.section else ""] if x)
+            loc = format_location(f.page, f.section)
             hint = " (closest clause)" if f.label == "Not mentioned" else ""
             cells.append(f"<td><b>{e(f.label)}</b>{hint}<blockquote><a href='{e(href)}'>“{e(f.quote)}”</a></blockquote><small>{e(loc)}</small></td>")
         cls = "diff" if r.difference.startswith("differs") else ""

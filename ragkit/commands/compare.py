@@ -29,6 +29,7 @@ def register(app: typer.Typer) -> None:
         from ragkit.cli import _fail, _settings
         from ragkit.compare import compare as run_compare, to_html, to_markdown
         from ragkit.errors import RagkitError
+        from ragkit.retrieve.prompt import format_location
 
         err = Console(stderr=True)
         if fmt not in ("table", "md", "html"):
@@ -67,7 +68,7 @@ def register(app: typer.Typer) -> None:
                 if not f.quote:
                     cells.append(f"[dim]{f.label}: not found[/]")
                 else:
-                    loc = ", ".join(x for x in [f"p. {f.page}" if f.page else "", f"§ {f.section}" if f.section else ""] if x)
+                    loc = format_location(f.page, f.section)
                     hint = " [dim](closest clause)[/]" if f.label == "Not mentioned" else ""
                     cells.append(f"[b]{f.label}[/]{hint} “{f.quote}” [dim]({loc})[/]")
             table.add_row(r.item.title, *cells, r.difference)

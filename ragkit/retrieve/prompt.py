@@ -23,6 +23,16 @@ _SYS = "\u2063RAGKIT_SYSTEM\u2063"
 _USER = "\u2063RAGKIT_USER\u2063"
 
 
+def format_location(page: int | None, section: str | None, page_end: int | None = None) -> str:
+    """'p. 3, § 5.2 Term' (or 'pp. 3-4'); empty when there is neither."""
+    parts = []
+    if page is not None:
+        parts.append(f"p. {page}" if page_end in (None, page) else f"pp. {page}-{page_end}")
+    if section:
+        parts.append(f"§ {section}")
+    return ", ".join(parts)
+
+
 @dataclass
 class Context:
     n: int
@@ -42,12 +52,7 @@ class Context:
         return self.page_start
 
     def location(self) -> str:
-        parts = []
-        if self.page_start is not None:
-            parts.append(f"p. {self.page_start}" if self.page_end in (None, self.page_start) else f"pp. {self.page_start}-{self.page_end}")
-        if self.section:
-            parts.append(f"§ {self.section}")
-        return ", ".join(parts) or "(no page or section)"
+        return format_location(self.page_start, self.section, self.page_end) or "(no page or section)"
 
     def to_json(self) -> dict[str, Any]:
         return {
