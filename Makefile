@@ -13,7 +13,10 @@ STAMP := $(VENV)/.ragkit-installed
 DEMO_STORE ?= .ragkit-demo
 DEMO_QUESTION ?= How long do the confidentiality obligations survive after the agreement ends?
 
-.PHONY: demo test install install-ocr clean
+CNLI_DIR ?= ../shared/corpora/contractnli-dev/rendered
+CNLI_OUT ?= runs/contractnli-rendered8
+
+.PHONY: demo test install install-ocr clean eval-contractnli
 
 install: $(STAMP)
 
@@ -29,6 +32,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# ContractNLI scoring of the NDA checklist: 8 dev NDAs (rendered PDFs) x 17 hypotheses,
+# labels and quotes as `ragkit compare` makes them; resumable; report in $(CNLI_OUT)
+eval-contractnli: $(STAMP)
+	$(VENV)/bin/ragkit eval run eval/sets/contractnli-rendered8.jsonl $(foreach f,$(wildcard $(CNLI_DIR)/*.pdf),--corpus $(f)) --out $(CNLI_OUT)
 
 # Optional: OCR for scanned PDFs (Debian/Ubuntu packages; needs root)
 install-ocr:

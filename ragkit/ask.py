@@ -16,13 +16,13 @@ from typing import Callable
 from ragkit.config import Settings
 from ragkit.embed import load_embedder
 from ragkit.errors import StoreError
-from ragkit.generate import Generation, load_generator
+from ragkit.generate import Choice, Generation, load_generator
 from ragkit.ingest.pipeline import open_store
 from ragkit.retrieve.citations import Citation, extract, is_abstention
-
-ABSTAIN_TEXT = "The documents do not say."
 from ragkit.retrieve.prompt import Prompt, PromptBuilder
 from ragkit.retrieve.search import hybrid_search, rerank, resolve_docs
+
+ABSTAIN_TEXT = "The documents do not say."
 
 
 @dataclass
@@ -36,6 +36,7 @@ class AskResult:
     abstain_reason: str | None = None
     generation: Generation | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    choice: Choice | None = None  # set by ask_choice
 
     def to_json(self) -> dict:
         g = self.generation or Generation()
@@ -135,6 +136,17 @@ def _limit(builder: PromptBuilder, question: str, prompt: Prompt, k: int) -> Pro
     return builder.build(question, hits, doc_order=order)
 
 
+def _load_checked(settings: Settings):
+    if settings.generator.backend == "llama_cpp" and (
+        settings.profile == "kimi-k2" or settings.generator.tensor_overrides or settings.generator.n_gpu_layers
+    ):
+        # A plan that cannot fit would thrash the disk for an hour: refuse up front.
+        from ragkit.generate.doctor import check_fit
+
+        check_fit(settings)
+    return load_generator(settings)
+
+
 def ask(
     question: str,
     settings: Settings,
@@ -143,14 +155,7 @@ def ask(
     dry_run: bool = False,
     on_text: Callable[[str], None] | None = None,
 ) -> AskResult:
-    if not dry_run and settings.generator.backend == "llama_cpp" and (
-        settings.profile == "kimi-k2" or settings.generator.tensor_overrides or settings.generator.n_gpu_layers
-    ):
-        # A plan that cannot fit would thrash the disk for an hour: refuse up front.
-        from ragkit.generate.doctor import check_fit
-
-        check_fit(settings)
-    generator = None if dry_run else load_generator(settings)
+    generator = None if dry_run else _load_checked(settings)
     t0 = time.perf_counter()
     prompt, timings = build_prompt(question, settings, docs, generator=generator)
     result = AskResult(question=question, prompt=prompt, timings=timings)
@@ -191,3 +196,61 @@ def finish(result: AskResult, gen: Generation, t0: float) -> None:
     result.timings["generate_s"] = gen.total_s
     result.timings["ttft_s"] = gen.ttft_s
     result.timings["total_s"] = time.perf_counter() - t0
+
+
+def match_option(text: str, options: list[str]) -> str | None:
+    """The option a short free-text answer starts with ("**Yes.** The agreement..." ->
+    "Yes"); the longest option wins ("Not mentioned" before "No"). None when the answer
+    starts with none of them, or names two ("Yes, No or Not mentioned")."""
+    import re
+
+    low = re.sub(r"^[\W_]+", "", text.strip().lower())
+    hits = [o for o in sorted(options, key=len, reverse=True) if re.match(re.escape(o.lower()) + r"\b", low)]
+    if not hits:
+        return None
+    rest = low[len(hits[0]):][:30]
+    if any(re.search(r"\b" + re.escape(o.lower()) + r"\b", rest) for o in options if o != hits[0]):
+        return None
+    return hits[0]
+
+
+def ask_choice(
+    question: str,
+    options: list[str],
+    settings: Settings,
+    docs: list[str] | None = None,
+    *,
+    narrow: Callable[[Prompt, object], Prompt] | None = None,
+) -> AskResult:
+    """Answer with one of `options` (Yes / No / Not mentioned for a checklist item),
+    scored by the generator when it can (`choose`: the options' own probabilities, no
+    sampling), otherwise read from a short generated answer. The prompt is the one `ask`
+    builds, so documents-first prefixes are shared with `ask` and across questions.
+    `result.answer` is the option (empty when a free-text answer named none), or the
+    abstention text when no source is relevant to the question.
+
+    `narrow(prompt, generator)`, when given, turns the retrieval prompt into the one the
+    options are scored on (compare: the quoted clause alone); `result.prompt` stays the
+    retrieval prompt, the tokens and cache figures are the scored prompt's."""
+    generator = _load_checked(settings)
+    t0 = time.perf_counter()
+    prompt, timings = build_prompt(question, settings, docs, generator=generator)
+    result = AskResult(question=question, prompt=prompt, timings=timings)
+    if abstain_if_irrelevant(result, settings, t0):
+        return result
+    scored = narrow(prompt, generator) if narrow is not None else prompt
+    if hasattr(generator, "choose"):
+        ch = generator.choose(scored.ids, options)
+        gen = Generation(text=ch.option, prompt_tokens=ch.prompt_tokens, cached_tokens=ch.cached_tokens,
+                         ttft_s=ch.ttft_s, total_s=ch.total_s, finish_reason="choice")
+    else:
+        gen = generator.generate(scored.ids, max_tokens=8)
+        picked = match_option(gen.text, options)
+        ch = Choice(option=picked or "", logprobs={o: (0.0 if o == picked else float("-inf")) for o in options},
+                    prompt_tokens=gen.prompt_tokens, cached_tokens=gen.cached_tokens, ttft_s=gen.ttft_s,
+                    total_s=gen.total_s, scored=False)
+    result.choice = ch
+    result.generation = gen
+    result.answer = ch.option
+    result.timings.update({"generate_s": gen.total_s, "ttft_s": gen.ttft_s, "total_s": time.perf_counter() - t0})
+    return result

@@ -14,12 +14,15 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ragkit.config import Settings
 from ragkit.errors import ConfigError, UsageError
-from ragkit.paths import prompts_dir
+from ragkit.paths import prompts_dir, read_prompt
 from ragkit.retrieve.prompt import format_location
+
+if TYPE_CHECKING:
+    from ragkit.ask import AskResult
 
 LABELS = ("Yes", "No", "Not mentioned", "Unclear", "Found")
 NLI = {"Yes": "Entailment", "No": "Contradiction", "Not mentioned": "NotMentioned"}
@@ -45,11 +48,14 @@ class Finding:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     seconds: float = 0.0
+    confidence: float | None = None  # the model's probability of the label (Yes/No items)
+    note: str | None = None  # a warning a reader must see (figures the document does not contain)
 
     def to_json(self) -> dict:
         return {
-            "doc": self.doc, "label": self.label, "answer": self.answer, "quote": self.quote, "page": self.page,
-            "section": self.section, "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
+            "doc": self.doc, "label": self.label, "confidence": self.confidence, "answer": self.answer, "note": self.note,
+            "quote": self.quote, "page": self.page, "section": self.section, "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
         }
 
 
@@ -61,9 +67,25 @@ class Row:
     @property
     def difference(self) -> str:
         labels = {d: f.label for d, f in self.findings.items()}
-        if len(set(labels.values())) <= 1:
-            return f"same: {next(iter(labels.values()), '-')}"
-        return "differs: " + "; ".join(f"{d} says {lab}" for d, lab in labels.items())
+        if len(set(labels.values())) > 1:
+            return "differs: " + "; ".join(f"{d} says {lab}" for d, lab in labels.items())
+        same = f"same: {next(iter(labels.values()), '-')}"
+        quotes = [(d, f.quote) for d, f in self.findings.items() if f.quote]
+        if len(quotes) < 2 or next(iter(labels.values()), None) != "Found":
+            return same
+        # a free-text clause (term, governing law): the labels say nothing, the wording does
+        (d0, q0), rest = quotes[0], quotes[1:]
+        parts = []
+        for d, q in rest:
+            changes = wording_changes(q0, q)
+            if changes is None:
+                parts.append(f"{d} words it differently")
+            elif changes:
+                parts.append(f"{d}: " + "; ".join(f"“{a}” → “{b}”" if a and b else (f"adds “{b}”" if b else f"drops “{a}”")
+                                                 for a, b in changes[:4]) + (" …" if len(changes) > 4 else ""))
+        if not parts:
+            return f"{same}, same wording"
+        return f"{same}; against {d0}, " + " | ".join(parts)
 
 
 @dataclass
@@ -95,6 +117,28 @@ class Comparison:
         }
 
 
+def wording_changes(a: str, b: str) -> list[tuple[str, str]] | None:
+    """Word-level changes from quote a to quote b, [(old, new), ...]; None when the two
+    share too little wording for a change list to mean anything."""
+    from difflib import SequenceMatcher
+
+    wa, wb = a.split(), b.split()
+    sm = SequenceMatcher(a=[w.lower().strip(".,;:") for w in wa], b=[w.lower().strip(".,;:") for w in wb], autojunk=False)
+    if sm.ratio() < 0.5:
+        return None
+    spans: list[list[int]] = []  # [i1, i2, j1, j2]; two changes one word apart read as one
+    ops = sm.get_opcodes()
+    for k, (tag, i1, i2, j1, j2) in enumerate(ops):
+        if tag == "equal":
+            continue
+        prev = ops[k - 1] if k else None
+        if spans and prev and prev[0] == "equal" and prev[2] - prev[1] == 1 and spans[-1][1] == prev[1]:
+            spans[-1][1], spans[-1][3] = i2, j2
+        else:
+            spans.append([i1, i2, j1, j2])
+    return [(" ".join(wa[i1:i2]).strip(".,;:"), " ".join(wb[j1:j2]).strip(".,;:")) for i1, i2, j1, j2 in spans]
+
+
 def load_checklist(name_or_path: str) -> tuple[str, list[ChecklistItem]]:
     p = Path(name_or_path)
     if not (p.suffix == ".toml" and p.exists()):
@@ -112,50 +156,121 @@ def load_checklist(name_or_path: str) -> tuple[str, list[ChecklistItem]]:
     return data.get("name", p.stem), items
 
 
-_LABEL_RE = re.compile(r"^\W*(yes|no|not mentioned|not stated|the documents do not say)\b", re.I)
+_LIST_ITEM = re.compile(r"^\(?([a-z]{1,4}|\d{1,2})\)\s")
+# sentence ends, and the "(a) ... ; (b) ..." items inside a clause, so a quote can be one item
+_UNITS = re.compile(r"(?<=[.;:,!?])\s+(?:(?:and|or)\s+)?(?=\((?:[a-z]{1,4}|\d{1,2})\)\s)|(?<=[.;:!?])\s+(?=(?:[a-z]{1,4}|\d{1,2})\)\s)"
+                    r"|\s+(?:and|or)\s+(?=\((?:[a-z]{1,4}|\d{1,2})\)\s)|(?<=[.!?])\s+(?=[A-Z(\"“])|\n+")
 
 
-def label_of(answer: str) -> str:
-    """Yes / No / Not mentioned from the start of an answer; Unclear when it hedges
-    ("Yes, No.", which small models like to write)."""
-    low = answer.strip().lower()
-    if not low or "do not say" in low[:60] or low.startswith(("not mentioned", "not stated")):
-        return "Not mentioned"
-    m = _LABEL_RE.match(low)
-    if not m:
-        return "Unclear"
-    first = m.group(1)
-    rest = low[m.end(): m.end() + 30]
-    if first in ("yes", "no") and re.search(r"\b(yes|no)\b", rest) and not rest.lstrip(" ,.").startswith(first):
-        return "Unclear"
-    return {"yes": "Yes", "no": "No"}.get(first, "Not mentioned")
+def _stemmer():
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english").stemWords  # "independently developed" ~ "independent development"
 
 
-def _best_quote(contexts, item: "ChecklistItem", answer: str):
+def _words(text: str, stem) -> set[str]:
+    from ragkit.retrieve.bm25 import tokenize
+
+    return set(stem(tokenize(text)))
+
+
+LEXICAL_WEIGHT = 0.3  # the best word match adds this much to a sentence's cosine (ContractNLI quotes: 0.600 of gold spans; cosine alone 0.553, words alone 0.612 but it quotes Bonterms §7's duty to destroy for "retain")
+
+
+def _is_heading(unit: str) -> bool:
+    """"Return or Destruction of Confidential Information.": short, every long word capitalised."""
+    words = re.findall(r"[A-Za-z][\w’'-]*", unit)
+    long = [w for w in words if len(w) > 3]
+    return len(words) <= 10 and bool(long) and all(w[0].isupper() for w in long)
+
+
+def clause_quote(text: str, want: set[str], weight: dict[str, float], stem, limit: int = 320,
+                 similarity: Callable[[list[str]], list[float]] | None = None) -> str:
+    """The sentence or list item of a clause that shares most (weighted, stemmed) words with
+    the checklist item. A list item keeps its lead-in ("... do not apply to information
+    that it can demonstrate: … (d) it independently developed ..."), so the quote reads as
+    the clause says it."""
+    # a PDF's text layer breaks lines inside sentences: a blank line ends a paragraph,
+    # a single line break is a space
+    text = re.sub(r"[ \t]*\r?\n[ \t]*(?!\r?\n)", " ", re.sub(r"\r?\n\s*\r?\n", "\n\n", text))
+    units = [u.strip() for u in _UNITS.split(text) if u and u.strip()]
+    if not units:
+        return text[:limit]
+
+    def score(i: int) -> tuple:
+        ws = _words(units[i], stem)
+        # matched weight per square root of the unit's length: a long list of duties that
+        # mentions "return" and "destroy" should not outrank the one sentence on "retain"
+        # (a heading alone, "Term and Termination.", is not a quote: short units count as 12 words)
+        return (sum(weight.get(x, 1.0) for x in ws & want) / max(12, len(ws)) ** 0.5, -abs(len(units[i]) - 200))
+
+    # headings and lead-ins alone are not quotes (a lead-in comes back with its item)
+    cand = [j for j in range(len(units)) if len(units[j].split()) >= 4 and not units[j].endswith(":") and not _is_heading(units[j])]
+    cand = cand or list(range(len(units)))
+    if similarity is not None:
+        # the embedder reads meaning: "may retain ... backup copies" answers "retain after
+        # returning or destroying" better than the list of duties that names "return" and
+        # "destroy" (measured on Bonterms §7)
+        cos = similarity([units[j] for j in cand])
+        lex = [score(j)[0] for j in cand]
+        top_lex = max(lex) or 1.0
+        sims = [c + LEXICAL_WEIGHT * x / top_lex for c, x in zip(cos, lex)]
+        order = sorted(range(len(cand)), key=lambda k: (sims[k], score(cand[k])), reverse=True)
+        picked = [cand[order[0]]]
+        # a near tie (Common Paper §6: the duty to destroy, then the exception that lets the
+        # recipient retain copies) quotes both sentences, in the clause's order
+        if len(order) > 1 and sims[order[0]] - sims[order[1]] < 0.03:
+            picked = sorted(picked + [cand[order[1]]])
+            limit += 160
+    else:
+        picked = [max(cand, key=score)]
+
+    def with_lead_in(i: int) -> str:
+        quote = units[i]
+        if _LIST_ITEM.match(quote):
+            lead = next((units[j] for j in range(i - 1, -1, -1) if not _LIST_ITEM.match(units[j])), None)
+            if lead is not None and lead.rstrip().endswith(":"):
+                lead = lead if len(lead) <= 160 else "…" + lead[-159:]
+                quote = f"{lead} … {quote}"
+        return quote
+
+    quote = " … ".join(with_lead_in(i) for i in picked)
+    return quote if len(quote) <= limit else quote[: limit - 1].rstrip() + "…"
+
+
+def _similarity(settings: Settings | None, item: "ChecklistItem"):
+    """Cosine of each text to the checklist item, with the store's embedder."""
+    if settings is None:
+        return None
+    import numpy as np
+
+    from ragkit.embed import load_embedder
+
+    emb = load_embedder(settings)
+    q = np.asarray(emb.embed_query(f"{item.title}. {item.question} {item.hypothesis or ''}".strip()), dtype=np.float32)
+
+    def sim(texts: list[str]) -> list[float]:
+        return [float(x) for x in np.asarray(emb.embed_documents(texts), dtype=np.float32) @ q]
+
+    return sim
+
+
+def _best_quote(contexts, item: "ChecklistItem", answer: str = "", settings: Settings | None = None):
     """The clause that answers the item, found without trusting the model: among the
     sources in the prompt, the one whose section title and text share most words with
     the item's title and question (title words count double), ties broken by retrieval
-    rank; then, in it, the sentence sharing most words. A lawyer checks this quote,
-    whatever the model said."""
-    import snowballstemmer
-
-    from ragkit.retrieve.bm25 import tokenize
-    from ragkit.retrieve.citations import best_quote
+    rank; then, in it, the sentence or list item sharing most words. A lawyer checks
+    this quote, whatever the model said."""
+    import math
 
     if not contexts:
         return None
-    stem = snowballstemmer.stemmer("english").stemWords  # "independently developed" ~ "independent development"
-
-    def words(text: str) -> set[str]:
-        return set(stem(tokenize(text)))
-
-    want = words(item.title + " " + item.question)
-    title_words = words(item.title)
-    bags = [(words(c.section or ""), words(c.text)) for c in contexts]
+    stem = _stemmer()
+    want = _words(item.title + " " + item.question, stem)
+    title_words = _words(item.title, stem)
+    bags = [(_words(c.section or "", stem), _words(c.text, stem)) for c in contexts]
     # words found in every section of the document ("confidential", "party") tell
     # nothing: weight each word by its inverse document frequency across the sections
-    import math
-
     n = len(bags)
     idf = {w: math.log((n + 1) / (1 + sum(1 for sec, body in bags if w in sec or w in body))) for w in want}
     fits = {}
@@ -166,12 +281,155 @@ def _best_quote(contexts, item: "ChecklistItem", answer: str):
             sum((idf[w] + 1.0) * 3 if w in title_words else idf[w] for w in want & sec) + sum(idf[w] for w in want & body),
             c.score,
         )
+    top = max(contexts, key=lambda c: fits[id(c)])
+    weight = {w: idf[w] + (1.0 if w in title_words else 0.1) for w in want}
+    return top, clause_quote(top.text, want, weight, stem, similarity=_similarity(settings, item))
 
-    def fit(c) -> tuple:
-        return fits[id(c)]
 
-    top = max(contexts, key=fit)
-    return top, best_quote(top.text, item.title + " " + item.question + " " + answer)
+_PRIORS: dict[tuple, dict[str, float]] = {}
+
+
+def _calibrate(r, item: ChecklistItem, question: str, settings: Settings) -> None:
+    """Contextual calibration (Zhao et al., "Calibrate Before Use", ICML 2021): a small
+    model leans to one option whatever the clause says ("No" for 33 of 34 ContractNLI
+    items, measured). Score the options once with a content-free clause, and divide the
+    clause's probabilities by that prior. The prior is per item and model, kept in memory."""
+    import math
+
+    from ragkit.generate import load_generator
+    from ragkit.retrieve.prompt import PromptBuilder
+    from ragkit.store import Hit
+
+    gen = load_generator(settings)
+    key = (item.id, question, settings.generator.model_dump_json())
+    if key not in _PRIORS:
+        builder = PromptBuilder(gen, n_ctx=settings.generator.n_ctx, max_tokens=settings.generator.max_tokens)
+        builder.system = read_prompt("checklist_system.txt").strip()
+        builder.user_tail = ""
+        empty = Hit(id="-", text="N/A", score=0.0, meta={"doc_name": "-", "doc_id": "-", "chunk_index": 0, "section": None,
+                                                         "page_start": None, "page_end": None})
+        _PRIORS[key] = gen.choose(builder.build(question, [empty]).ids, list(r.choice.logprobs)).logprobs
+    prior = _PRIORS[key]
+    adj = {o: v - prior[o] for o, v in r.choice.logprobs.items()}
+    top = max(adj.values())
+    norm = math.log(sum(math.exp(v - top) for v in adj.values())) + top
+    r.choice.logprobs = {o: v - norm for o, v in adj.items()}
+    r.choice.option = max(adj, key=adj.get)
+    r.answer = r.choice.option
+    if r.generation is not None:
+        r.generation.text = r.choice.option
+
+
+def clause_prompt(prompt, item: ChecklistItem, question: str, generator, settings: Settings):
+    """The prompt a Yes/No label is scored on in "clause" mode: the same system prompt
+    and question, with the quoted clause as the only source. The label then says what
+    the quote a lawyer reads says."""
+    from ragkit.retrieve.prompt import PromptBuilder
+    from ragkit.store import Hit
+
+    found = _best_quote(prompt.contexts, item, settings=settings)
+    if found is None:
+        return prompt
+    top, quote = found
+    hit = Hit(id=top.chunk_id, text=quote, score=top.score,
+              meta={"doc_name": top.doc, "doc_id": top.doc_id, "chunk_index": top.chunk_index, "section": top.section,
+                    "page_start": top.page_start, "page_end": top.page_end})
+    builder = PromptBuilder(generator, n_ctx=settings.generator.n_ctx, max_tokens=settings.generator.max_tokens)
+    # its own instructions (prompts/checklist_system.txt): the answer is one option, not
+    # a cited sentence, and "Not mentioned" means the clause is about something else
+    builder.system = read_prompt("checklist_system.txt").strip()
+    builder.user_tail = ""
+    return builder.build(question, [hit])
+
+
+_WORD_VALUES = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+_WORD_VALUES.update({"thirty": 30, "sixty": 60, "ninety": 90})
+_PERIOD = re.compile(
+    r"\b(\d+|" + "|".join(_WORD_VALUES) + r")\s*(?:\(\s*\d+\s*\)\s*)?(?:calendar\s+|business\s+)?(year|month|week|day)s?\b", re.I)
+
+
+def _periods(text: str) -> set[tuple[int, str]]:
+    """(value, unit) of every period in the text: "three (3) years" -> (3, "year")."""
+    out = set()
+    for m in _PERIOD.finditer(text):
+        v = m.group(1).lower()
+        out.add((int(v) if v.isdigit() else _WORD_VALUES[v], m.group(2).lower()))
+    return out
+
+
+def unsupported_figures(answer: str, contexts) -> list[str]:
+    """Figures in a free-text answer ("12 months", "1 year") that no source in the prompt
+    contains: a small model fills a blank the contract leaves to its cover page with a
+    plausible period, and a lawyer must not read that as the contract's term. A period
+    must occur with its unit ("1 year" is not supported by a section numbered 1); other
+    numbers must occur as numbers."""
+    from ragkit.eval.metrics import extract_numbers, same_number
+
+    source = " ".join(c.text for c in contexts)
+    text = re.sub(r"\[\d+(?:[,\s\d]*)\]", " ", answer)  # [n] citation markers are not figures
+    have_periods = _periods(source)
+    bad = [m.group(0) for m in _PERIOD.finditer(text) if _periods(m.group(0)) - have_periods]
+    rest = _PERIOD.sub(" ", text)
+    have = extract_numbers(source)
+    for q in extract_numbers(rest):
+        if not any(same_number(q, h) for h in have):
+            bad.append(f"{q.value:g}{'%' if q.percent else ''}")
+    return list(dict.fromkeys(bad))
+
+
+YES_NO = ["Yes", "No", "Not mentioned"]
+
+
+def check_item(doc: str, item: ChecklistItem, settings: Settings) -> tuple[Finding, "AskResult"]:
+    """One checklist item asked of one document: the label (Yes / No / Not mentioned for
+    a hypothesis item, Found for a free-text one), the model's confidence, and the quote.
+    Used by `compare` and by the ContractNLI scoring in `ragkit eval run`."""
+    from ragkit.ask import ask, ask_choice
+
+    confidence = None
+    note = None
+    if item.hypothesis is not None:
+        # the label is the option the model scores highest, not parsed from free text;
+        # decided on the quoted clause alone, or on the whole context (label_context)
+        q = f"{item.question} Answer with exactly one of: Yes, No, Not mentioned."
+        narrow = (lambda p, gen: clause_prompt(p, item, q, gen, settings)) if settings.compare.label_context == "clause" else None
+        r = ask_choice(q, YES_NO, settings, [doc], narrow=narrow)
+        if r.choice is not None and r.choice.scored:
+            if settings.compare.calibrate and narrow is not None:
+                _calibrate(r, item, q, settings)
+            confidence = round(r.choice.confidence, 3)
+        label = "Not mentioned" if r.abstained else (r.answer or "Unclear")
+    else:
+        r = ask(item.question, settings, [doc])
+        label = "Not mentioned" if r.abstained else "Found"
+        bad = [] if r.abstained else unsupported_figures(r.answer, r.prompt.contexts)
+        if bad:
+            note = f"the answer names {', '.join(bad)}, which the document does not contain: rely on the quote"
+    if not r.prompt.contexts:
+        raise UsageError(f"{doc} could not be represented in the prompt", hint="raise generator.n_ctx")
+    g = r.generation
+    # the quote: the clause of this document that matches the checklist item best (chosen
+    # from the sources, not from the model's citation: a small model often cites the
+    # wrong block)
+    found = _best_quote(r.prompt.contexts, item, r.answer, settings=settings)
+    top, quote = found if found else (None, None)
+    finding = Finding(
+        doc=r.prompt.contexts[0].doc,
+        label=label,
+        answer=r.answer,
+        quote=quote,
+        page=top.page_start if top else None,
+        section=top.section if top else None,
+        path=None,
+        prompt_tokens=g.prompt_tokens if g and g.prompt_tokens else len(r.prompt.ids),  # the prompt actually scored
+        cached_tokens=g.cached_tokens if g else 0,
+        seconds=r.timings.get("total_s", 0.0),
+        confidence=confidence,
+        note=note,
+    )
+    return finding, r
 
 
 def compare(
@@ -182,8 +440,6 @@ def compare(
     items: list[str] | None = None,
     on_progress: Callable[[str, str], None] | None = None,
 ) -> Comparison:
-    from ragkit.ask import ask
-
     if len(docs) < 1:
         raise UsageError("compare needs at least one document")
     name, all_items = load_checklist(checklist)
@@ -194,38 +450,22 @@ def compare(
     rows = [Row(i) for i in chosen]
     prefilled: dict[str, int] = {}
     t0 = time.perf_counter()
+    # one document at a time, all its items in a row: they share the document prefix
     for doc in docs:
         prefilled[doc] = 0
         for row in rows:
-            yes_no = row.item.hypothesis is not None
-            q = f"{row.item.question} Answer Yes, No or Not mentioned." if yes_no else row.item.question
-            r = ask(q, settings, [doc])
-            if not r.prompt.contexts:
-                raise UsageError(f"{doc} could not be represented in the prompt", hint="raise generator.n_ctx")
-            g = r.generation
-            label = ("Not mentioned" if r.abstained else label_of(r.answer)) if yes_no else ("Not mentioned" if r.abstained else "Found")
-            # the quote: the clause of this document that matches the checklist item best
-            # (chosen from the sources, not from the model's citation: a small model often
-            # cites the wrong block)
-            found = _best_quote(r.prompt.contexts, row.item, r.answer)
-            top, quote = found if found else (None, None)
-            page, section = (top.page_start, top.section) if top else (None, None)
-            row.findings[doc] = Finding(
-                doc=r.prompt.contexts[0].doc,
-                label=label,
-                answer=r.answer,
-                quote=quote,
-                page=page,
-                section=section,
-                path=None,
-                prompt_tokens=len(r.prompt.ids),
-                cached_tokens=g.cached_tokens if g else 0,
-                seconds=r.timings.get("total_s", 0.0),
-            )
-            prefilled[doc] += len(r.prompt.ids) - (g.cached_tokens if g else 0)
+            f, _ = check_item(doc, row.item, settings)
+            row.findings[doc] = f
+            prefilled[doc] += f.prompt_tokens - f.cached_tokens
             if on_progress:
                 on_progress(doc, row.item.id)
     return Comparison(name, docs, rows, prefilled, time.perf_counter() - t0, settings.generator.prompt_rate_tok_s)
+
+
+def _conf(f: Finding) -> str:
+    """" (62%)": the model's probability of its Yes/No label, so a reader knows which
+    labels to check first."""
+    return f" ({f.confidence:.0%})" if f.confidence is not None else ""
 
 
 def to_markdown(c: Comparison) -> str:
@@ -240,7 +480,8 @@ def to_markdown(c: Comparison) -> str:
             else:
                 loc = format_location(f.page, f.section)
                 hint = " (closest clause)" if f.label == "Not mentioned" else ""
-                cells.append(f"**{f.label}**{hint}: “{f.quote}” ({loc})".replace("|", "\\|"))
+                warn = f" ⚠ {f.note}" if f.note else ""
+                cells.append(f"**{f.label}**{_conf(f)}{hint}: “{f.quote}” ({loc}){warn}".replace("|", "\\|"))
         lines.append(f"| {r.item.title} | " + " | ".join(cells) + f" | {r.difference} |")
     j = c.to_json()["cost"]
     lines += ["", f"Prefilled tokens: {j['prefilled_tokens']} (total {j['prefilled_tokens_total']}); "
@@ -263,14 +504,15 @@ def to_html(c: Comparison, paths: dict[str, str]) -> str:
             href = Path(paths.get(d, d)).resolve().as_uri() + (f"#page={f.page}" if f.page else "")
             loc = format_location(f.page, f.section)
             hint = " (closest clause)" if f.label == "Not mentioned" else ""
-            cells.append(f"<td><b>{e(f.label)}</b>{hint}<blockquote><a href='{e(href)}'>“{e(f.quote)}”</a></blockquote><small>{e(loc)}</small></td>")
+            hint += f"<br><small class='warn'>⚠ {e(f.note)}</small>" if f.note else ""
+            cells.append(f"<td><b>{e(f.label)}</b>{e(_conf(f))}{hint}<blockquote><a href='{e(href)}'>“{e(f.quote)}”</a></blockquote><small>{e(loc)}</small></td>")
         cls = "diff" if r.difference.startswith("differs") else ""
         body.append(f"<tr class='{cls}'><th>{e(r.item.title)}<br><small>{e(r.item.question)}</small></th>{''.join(cells)}<td>{e(r.difference)}</td></tr>")
     j = c.to_json()["cost"]
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>Clause comparison</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:6px;vertical-align:top;max-width:28em}"
-        "tr.diff{background:#fff4e5}td.nf{color:#888}blockquote{margin:4px 0 4px 8px}</style></head><body>"
+        "tr.diff{background:#fff4e5}td.nf{color:#888}.warn{color:#a40}blockquote{margin:4px 0 4px 8px}</style></head><body>"
         f"<h1>Clause comparison ({e(c.checklist)})</h1><table><tr><th>clause</th>{head}<th>difference</th></tr>{''.join(body)}</table>"
         f"<p>Prefilled tokens: {e(str(j['prefilled_tokens']))}; projected Kimi K2 prefill at {j['prompt_rate_tok_s']:.0f} tok/s: {j['projected_kimi_prefill_s']} s.</p>"
         "</body></html>"

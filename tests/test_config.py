@@ -33,6 +33,9 @@ def test_kimi_profile_fills_only_what_the_user_left_unset(monkeypatch, tmp_path)
     s = load_settings(profile="kimi-k2")
     assert s.generator.chat_template == "kimi-k2"
     assert s.generator.n_ctx == 16384 and s.generator.temperature == 0.6 and s.generator.min_p == 0.01
+    # a strong model reads the whole document for checklist labels (one cached prefix);
+    # the laptop default decides them on the quoted clause
+    assert s.compare.label_context == "document" and load_settings().compare.label_context == "clause"
     monkeypatch.setenv("RAGKIT_GENERATOR__N_CTX", "32768")
     s = load_settings(profile="kimi-k2")
     assert s.generator.n_ctx == 32768 and s.generator.temperature == 0.6

@@ -256,3 +256,14 @@ def test_score_aggregates_null_where_no_data():
         assert m[k] is None, k
     assert m["answer_match"] == 1.0 and m["token_f1"] == 1.0
     assert m["prompt_tokens_mean"] == 530 and math.isclose(m["projected_prefill_s_mean"], 530 / 106)
+
+
+def test_quote_matches_evidence():
+    span = "Recipient may retain Confidential Information in accordance with its standard backup or record retention policies."
+    # a quote inside a longer gold clause, and a longer quote around a short gold span
+    assert M.quote_matches_evidence("Recipient may retain Confidential Information in accordance with its standard backup", [span])
+    assert M.quote_matches_evidence("As an exception, " + span + " The NDA continues to apply.", [span])
+    assert M.quote_matches_evidence("Recipient may retain … standard backup or record retention policies.", ["other text", span])
+    assert M.quote_matches_evidence("This NDA is governed by the laws of Delaware.", [span]) is False
+    assert M.quote_matches_evidence(None, [span]) is False
+    assert M.quote_matches_evidence("anything", []) is None

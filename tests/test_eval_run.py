@@ -176,6 +176,38 @@ def test_generating_run_limit_2_and_reports(nda_store, tmp_path):
     assert res.exit_code == 0, res.output
 
 
+def test_nli_items_are_scored_through_the_checklist(nda_store, tmp_path):
+    """ContractNLI-style items on a real NDA of the store: labelled by compare's checklist
+    item (joined on the hypothesis id), with the quote scored against every gold span."""
+    from ragkit.eval.run import RunOptions, run_eval
+    from ragkit.eval.sets import nli_question
+
+    doc = "cnli_dev_019.pdf"
+    hyp = {i.id: i.hypothesis for i in __import__("ragkit.compare").compare.load_checklist("nda")[1] if i.hypothesis}
+    items = [
+        EvalItem(id="x-nda-4", question=nli_question(hyp["nda-4"]), doc=doc, answers=["Yes"], label="Entailment",
+                 evidence="Confidant may use the Confidential Information only for the Permitted Use",
+                 evidence_all=["nothing like the quote at all", "Confidant may use the Confidential Information only for the Permitted Use and for no other purpose"],
+                 tags=["nda-4", "label:Entailment"]),
+        EvalItem(id="x-nda-18", question=nli_question(hyp["nda-18"]), doc=doc, answers=["Not mentioned"], label="NotMentioned",
+                 tags=["nda-18", "label:NotMentioned"]),
+    ]
+    set_path = tmp_path / "nli.jsonl"
+    write_set(items, set_path)
+    report = run_eval(RunOptions(set_path=set_path, out=tmp_path / "run", store=nda_store.store))
+    recs = {r["id"]: r for r in _lines(tmp_path / "run" / "answers.jsonl")}
+    for r in recs.values():
+        assert r["answer"] in ("Yes", "No", "Not mentioned")
+        assert set(r["choice"]["logprobs"]) == {"Yes", "No", "Not mentioned"} and r["choice"]["scored"]
+        assert r["quote"]["text"] and 0 < r["quote"]["confidence"] <= 1
+    assert "Permitted Use" in recs["x-nda-4"]["quote"]["text"]  # the limited-use clause
+    rows = {r["id"]: r for r in report["questions"]}
+    assert rows["x-nda-4"]["quote_has_evidence"] is True  # matched the second gold span
+    assert rows["x-nda-18"]["quote_has_evidence"] is None  # NotMentioned has no span
+    m = report["metrics"]
+    assert m["quote_has_evidence"] == 1.0 and m["nli_macro_f1"] is not None and m["nli_accuracy"] in (0.0, 0.5, 1.0)
+
+
 def test_compare_flags_regressions(tmp_path):
     base = {"run": {"set_digest": "x", "retrieval_only": False},
             "metrics": {"n_questions": 10, "n_errors": 0, "token_f1": 0.50, "mrr": 0.40, "nli_accuracy": None,

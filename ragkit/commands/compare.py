@@ -24,10 +24,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compare contracts clause by clause: quote, page and section per document, and the difference."""
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         from ragkit.cli import _fail, _settings
-        from ragkit.compare import compare as run_compare, to_html, to_markdown
+        from ragkit.compare import _conf, compare as run_compare, to_html, to_markdown
         from ragkit.errors import RagkitError
         from ragkit.retrieve.prompt import format_location
 
@@ -70,8 +71,9 @@ def register(app: typer.Typer) -> None:
                 else:
                     loc = format_location(f.page, f.section)
                     hint = " [dim](closest clause)[/]" if f.label == "Not mentioned" else ""
-                    cells.append(f"[b]{f.label}[/]{hint} “{f.quote}” [dim]({loc})[/]")
-            table.add_row(r.item.title, *cells, r.difference)
+                    warn = f"\n[yellow]⚠ {escape(f.note)}[/]" if f.note else ""
+                    cells.append(f"[b]{f.label}[/]{_conf(f)}{hint} “{escape(f.quote)}” [dim]({escape(loc)})[/]{warn}")
+            table.add_row(escape(r.item.title), *cells, escape(r.difference))
         Console().print(table)
         cost = result.to_json()["cost"]
         err.print(f"prefilled tokens {cost['prefilled_tokens']}; projected Kimi K2 prefill {cost['projected_kimi_prefill_s']} s at {cost['prompt_rate_tok_s']:.0f} tok/s; took {cost['seconds']} s", highlight=False)

@@ -391,6 +391,25 @@ def citation_scores(cited_texts: Sequence[str], evidence: str | None) -> tuple[f
 
 # ---------------------------------------------------------------------- cost and latency
 
+def quote_matches_evidence(quote: str | None, spans: Sequence[str], coverage: float = 0.6) -> bool | None:
+    """Whether a quote shown to the reader is (mostly) gold evidence: at least `coverage`
+    of the shorter of the two, in tokens with multiplicity, is shared with one gold span.
+    A quote is a sentence or list item, a span can be a whole clause, or the reverse.
+    None when there is no gold span (NotMentioned)."""
+    spans = [s for s in spans if s]
+    if not spans:
+        return None
+    if not quote:
+        return False
+    q = Counter(tokens(quote.replace("\u2026", " ")))
+    for s in spans:
+        e = Counter(tokens(s))
+        shared = sum((q & e).values())
+        if shared and shared >= coverage * min(sum(q.values()), sum(e.values())):
+            return True
+    return False
+
+
 def projected_prefill_s(prompt_tokens: int, rate_tok_s: float) -> float:
     """Seconds to prefill the prompt at `rate_tok_s` (setting generator.prompt_rate_tok_s,
     106 tok/s by default: a published llama.cpp hybrid GPU/CPU Kimi K2 figure)."""

@@ -21,7 +21,8 @@ LOWER_IS_BETTER = {"prompt_tokens_mean", "prompt_tokens_p50", "prompt_tokens_p95
 NOT_COMPARED = {"n_questions", "n_answered", "cached_tokens_mean", "abstain_rate", "completion_tokens_mean"}
 RATE_METRICS = ("evidence_in_context", "page_hit", "page_hit_at_1", "page_hit_at_3", "mrr", "doc_recall",
                 "answer_numbers_in_context", "answer_match", "token_f1", "nli_accuracy", "abstain_precision",
-                "abstain_recall", "citation_precision", "valid_citation_rate")
+                "abstain_recall", "citation_precision", "valid_citation_rate", "nli_f1_contradiction", "nli_macro_f1",
+                "quote_has_evidence")
 
 
 def _versions() -> dict:

@@ -94,6 +94,7 @@ class Answerer:
         self.retrieval_only = retrieval_only
         self._store = None
         self._lock = threading.Lock()
+        self._checklist: dict | None = None
 
     def _dense_scores(self, question: str, contexts) -> dict[str, float]:
         """Similarity of each context to the question. Used when the prompt holds the
@@ -111,17 +112,40 @@ class Answerer:
             hits = self._store.query(qvec, len(contexts), doc_ids)
         return {h.id: h.score for h in hits}
 
+    def _checklist_item(self, item: EvalItem):
+        """The built-in NDA checklist item an NLI question is scored through (its tag is
+        the ContractNLI hypothesis id, nda-1 ... nda-20), so the figures measure what
+        `ragkit compare` shows; None for other sets."""
+        if not item.label or not item.doc:
+            return None
+        if self._checklist is None:
+            from ragkit.compare import load_checklist
+
+            self._checklist = {i.id: i for i in load_checklist("nda")[1] if i.hypothesis}
+        return next((self._checklist[t] for t in item.tags if t in self._checklist), None)
+
     def answer(self, item: EvalItem) -> dict:
-        from ragkit.ask import ask, build_prompt
+        from ragkit.ask import ask, ask_choice, build_prompt
 
         docs = [item.doc] if item.doc else None
         t0 = time.perf_counter()
         res = None
+        finding = None
         try:
             if self.retrieval_only:
                 prompt, timings = build_prompt(item.question, self.settings, docs)
                 timings = dict(timings)
                 timings["total_s"] = time.perf_counter() - t0
+            elif (check := self._checklist_item(item)) is not None:
+                from ragkit.compare import check_item
+
+                finding, res = check_item(item.doc, check, self.settings)
+                prompt, timings = res.prompt, dict(res.timings)
+            elif item.label:  # an NLI question outside the checklist: the options scored as they are
+                from ragkit.compare import YES_NO
+
+                res = ask_choice(item.question, YES_NO, self.settings, docs)
+                prompt, timings = res.prompt, dict(res.timings)
             else:
                 res = ask(item.question, self.settings, docs)
                 prompt, timings = res.prompt, dict(res.timings)
@@ -166,6 +190,14 @@ class Answerer:
                 "citations": [c.to_json() for c in res.citations],
                 "invalid_citations": list(res.invalid_citations),
             })
+            if res.choice is not None:
+                rec["prompt_tokens"] = res.choice.prompt_tokens or rec["prompt_tokens"]  # the prompt scored (clause mode: the quote)
+                rec["choice"] = {"option": res.choice.option, "scored": res.choice.scored,
+                                 "logprobs": {k: round(v, 4) for k, v in res.choice.logprobs.items()}}
+        if finding is not None:
+            rec["answer"] = finding.label
+            rec["quote"] = {"text": finding.quote, "page": finding.page, "section": finding.section,
+                            "confidence": finding.confidence}
         return rec
 
 
@@ -334,6 +366,11 @@ def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float) -> dict:
         if item.label:
             pred = M.nli_label(answer)
             row.update(nli_gold=item.label, nli_pred=pred)
+            if rec.get("quote") is not None:
+                q = rec["quote"]
+                spans = item.evidence_all or ([item.evidence] if item.evidence else [])
+                row.update(quote=q.get("text"), quote_has_evidence=M.quote_matches_evidence(q.get("text"), spans),
+                           nli_confidence=q.get("confidence"))
             if pred != item.label:
                 why.append(f"NLI {pred or 'unparsed'} != {item.label}")
         else:
@@ -386,6 +423,9 @@ def _agg(rows: list[dict]) -> dict:
         "token_f1": m("token_f1"),
         "nli_accuracy": nli["accuracy"] if nli else None,
         "nli_unparsed": (sum(r["nli_pred"] is None for r in nli_rows) / len(nli_rows)) if nli_rows else None,
+        "nli_f1_contradiction": (nli["per_class"]["Contradiction"]["f1"] if nli else None),
+        "nli_macro_f1": (M.mean(v["f1"] for v in nli["per_class"].values()) if nli else None),
+        "quote_has_evidence": m("quote_has_evidence"),
         "abstain_precision": ab["precision"] if has_unanswerable else None,
         "abstain_recall": ab["recall"] if has_unanswerable else None,
         "abstain_rate": (ab["abstained"] / len(ab_rows)) if ab_rows else None,

@@ -43,6 +43,7 @@ class EvalItem(BaseModel):
     answers: list[str] = Field(default_factory=list)
     answers_mode: Literal["any", "all"] = "any"
     evidence: str | None = None
+    evidence_all: list[str] = Field(default_factory=list)  # every annotated span (ContractNLI); a quote may match any
     page: int | None = Field(None, ge=1)
     answerable: bool = True
     label: str | None = None
@@ -63,7 +64,7 @@ class EvalItem(BaseModel):
     def to_line(self) -> str:
         d = self.model_dump(exclude_defaults=True)
         d.setdefault("answers", [])
-        order = ["id", "question", "doc", "answers", "answers_mode", "evidence", "page", "answerable", "label", "tags"]
+        order = ["id", "question", "doc", "answers", "answers_mode", "evidence", "evidence_all", "page", "answerable", "label", "tags"]
         return json.dumps({k: d[k] for k in order if k in d}, ensure_ascii=False)
 
 
@@ -167,8 +168,9 @@ def find_page(pages: list[str], evidence: str) -> int | None:
 def convert_contractnli(corpora: Path, *, rendered_only: bool = False) -> list[EvalItem]:
     """ContractNLI dev: one item per NDA x hypothesis. `doc` is the rendered file name
     (cnli_dev_NNN.pdf) for the 8 NDAs written out as files, else the original file name.
-    The evidence is the first annotated span in document order (the schema has one
-    evidence string; any further spans are not used for scoring)."""
+    `evidence` is the first annotated span in document order (retrieval is scored on it);
+    `evidence_all` lists every span when there are several (a checklist quote is scored
+    against any of them)."""
     base = corpora / "contractnli-dev"
     flat = _need(base / "dev_flat_hypothesis_labels.jsonl")
     dev = json.loads(_need(base / "dev.json").read_text(encoding="utf-8"))
@@ -198,6 +200,8 @@ def convert_contractnli(corpora: Path, *, rendered_only: bool = False) -> list[E
             evidence = d["text"][a:b].strip() or None
         elif label != "NotMentioned" and r.get("evidence_texts"):
             evidence = r["evidence_texts"][0].strip() or None
+        spans = [d["text"][a:b].strip() for a, b in (d["spans"][i] for i in span_ids)] if d is not None and label != "NotMentioned" else []
+        spans = [x for x in spans if x]
         doc = f"{rendered[doc_id]}.pdf" if doc_id in rendered else r["file_name"]
         page = None
         if evidence and doc_id in rendered:
@@ -212,6 +216,7 @@ def convert_contractnli(corpora: Path, *, rendered_only: bool = False) -> list[E
             doc=doc,
             answers=[NLI_ANSWER[label]],
             evidence=evidence,
+            evidence_all=spans if len(spans) > 1 else [],
             page=page,
             label=label,
             tags=[r["hypothesis_id"], f"label:{label}"],

@@ -1,5 +1,5 @@
 """Generation backends behind one small protocol."""
 
-from ragkit.generate.base import Generation, Generator, load_generator
+from ragkit.generate.base import Choice, Generation, Generator, load_generator
 
-__all__ = ["Generation", "Generator", "load_generator"]
+__all__ = ["Choice", "Generation", "Generator", "load_generator"]

@@ -21,6 +21,25 @@ class Generation:
     extra: dict = field(default_factory=dict)
 
 
+@dataclass
+class Choice:
+    """One of a fixed set of answers, picked by the model's own probabilities."""
+
+    option: str
+    logprobs: dict[str, float]  # per option, normalised over the options (exp sums to 1)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    ttft_s: float = 0.0
+    total_s: float = 0.0
+    scored: bool = True  # False: the engine gave no probabilities; the option was parsed from a short answer
+
+    @property
+    def confidence(self) -> float:
+        import math
+
+        return math.exp(self.logprobs.get(self.option, 0.0))
+
+
 @runtime_checkable
 class Generator(Protocol):
     name: str
@@ -36,6 +55,9 @@ class Generator(Protocol):
     def generate(
         self, prompt_ids: list[int], *, max_tokens: int, on_text: Callable[[str], None] | None = None
     ) -> Generation: ...
+
+    # Optional: `choose(prompt_ids, options) -> Choice`. Engines without it are asked to
+    # generate a few tokens and the option is read from the text (ragkit.ask.ask_choice).
 
 
 def _cpu_times() -> tuple[int, int] | None:

@@ -9,7 +9,7 @@ from typing import Callable
 
 from ragkit.config import GeneratorSettings, Settings
 from ragkit.errors import ModelNotFound
-from ragkit.generate.base import Generation, free_threads
+from ragkit.generate.base import Choice, Generation, free_threads
 from ragkit.models import resolve
 from ragkit.paths import chat_template_source
 
@@ -165,3 +165,58 @@ class LlamaCppGenerator:
         out.text = "".join(parts)
         out.completion_tokens = max(0, self.llm.n_tokens - len(prompt_ids))
         return out
+
+    # ------------------------------------------------------------ choosing
+
+    def choose(self, prompt_ids: list[int], options: list[str]) -> Choice:
+        """Score each option as the continuation of the prompt: the log-probability of
+        its tokens, normalised over the options. Nothing is sampled, so a checklist
+        answer is always one of the options (a small model asked to "answer Yes, No or
+        Not mentioned" often writes all three), and the cost is the prompt's prefill plus
+        a token or two per option. The KV cache keeps the prompt for the next call."""
+        import numpy as np
+
+        if self.vocab_only:
+            raise RuntimeError("this generator was loaded for its vocabulary only")
+        if not options:
+            raise ValueError("choose needs at least one option")
+        toks = {o: self.tokenize(o, special=False) for o in options}
+        longest = max(len(t) for t in toks.values())
+        if len(prompt_ids) + longest > self.n_ctx:
+            raise ValueError(f"prompt of {len(prompt_ids)} tokens + {longest} option tokens exceeds n_ctx {self.n_ctx}")
+        llm = self.llm
+        cached = self.cached_prefix(prompt_ids)
+        t0 = time.perf_counter()
+        n_vocab = llm.n_vocab()
+
+        def logprobs() -> "np.ndarray":
+            # with logits_all off llama.cpp keeps the last position's logits only, which
+            # is all that is needed here
+            x = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,)).astype(np.float64)
+            x -= x.max()
+            return x - np.log(np.exp(x).sum())
+
+        llm.n_tokens = cached
+        llm.eval(prompt_ids[cached:])
+        base = llm.n_tokens
+        first = logprobs()
+        ttft = time.perf_counter() - t0
+        raw: dict[str, float] = {}
+        for option, ids in toks.items():
+            total = float(first[ids[0]])
+            for i in range(1, len(ids)):  # options that share their first token ("No" / "No mention")
+                llm.n_tokens = base + i - 1
+                llm.eval([ids[i - 1]])
+                total += float(logprobs()[ids[i]])
+            raw[option] = total
+        llm.n_tokens = base  # the cache now holds exactly the prompt, for the next call
+        top = max(raw.values())
+        norm = float(np.log(sum(np.exp(v - top) for v in raw.values()))) + top
+        return Choice(
+            option=max(raw, key=raw.get),
+            logprobs={o: v - norm for o, v in raw.items()},
+            prompt_tokens=len(prompt_ids),
+            cached_tokens=cached,
+            ttft_s=ttft,
+            total_s=time.perf_counter() - t0,
+        )
