@@ -297,15 +297,12 @@ def _calibrate(r, item: ChecklistItem, question: str, settings: Settings) -> Non
     import math
 
     from ragkit.generate import load_generator
-    from ragkit.retrieve.prompt import PromptBuilder
     from ragkit.store import Hit
 
     gen = load_generator(settings)
     key = (item.id, question, settings.generator.model_dump_json())
     if key not in _PRIORS:
-        builder = PromptBuilder(gen, n_ctx=settings.generator.n_ctx, max_tokens=settings.generator.max_tokens)
-        builder.system = read_prompt("checklist_system.txt").strip()
-        builder.user_tail = ""
+        builder = _clause_builder(gen, settings)
         empty = Hit(id="-", text="N/A", score=0.0, meta={"doc_name": "-", "doc_id": "-", "chunk_index": 0, "section": None,
                                                          "page_start": None, "page_end": None})
         _PRIORS[key] = gen.choose(builder.build(question, [empty]).ids, list(r.choice.logprobs)).logprobs
@@ -324,7 +321,6 @@ def clause_prompt(prompt, item: ChecklistItem, question: str, generator, setting
     """The prompt a Yes/No label is scored on in "clause" mode: the same system prompt
     and question, with the quoted clause as the only source. The label then says what
     the quote a lawyer reads says."""
-    from ragkit.retrieve.prompt import PromptBuilder
     from ragkit.store import Hit
 
     found = _best_quote(prompt.contexts, item, settings=settings)
@@ -334,12 +330,19 @@ def clause_prompt(prompt, item: ChecklistItem, question: str, generator, setting
     hit = Hit(id=top.chunk_id, text=quote, score=top.score,
               meta={"doc_name": top.doc, "doc_id": top.doc_id, "chunk_index": top.chunk_index, "section": top.section,
                     "page_start": top.page_start, "page_end": top.page_end})
+    return _clause_builder(generator, settings).build(question, [hit])
+
+
+def _clause_builder(generator, settings: Settings):
+    """The prompt builder for a label decided on one clause: its own instructions
+    (prompts/checklist_system.txt: the answer is one option, not a cited sentence, and
+    "Not mentioned" means the clause is about something else)."""
+    from ragkit.retrieve.prompt import PromptBuilder
+
     builder = PromptBuilder(generator, n_ctx=settings.generator.n_ctx, max_tokens=settings.generator.max_tokens)
-    # its own instructions (prompts/checklist_system.txt): the answer is one option, not
-    # a cited sentence, and "Not mentioned" means the clause is about something else
     builder.system = read_prompt("checklist_system.txt").strip()
     builder.user_tail = ""
-    return builder.build(question, [hit])
+    return builder
 
 
 _WORD_VALUES = {w: i for i, w in enumerate(

@@ -4,7 +4,6 @@ default GGUF on loopback, as a subprocess."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
