@@ -15,7 +15,7 @@ from typing import Callable
 
 from ragkit.config import Settings
 from ragkit.embed import load_embedder
-from ragkit.errors import StoreError
+from ragkit.errors import StoreError, UsageError
 from ragkit.generate import Choice, Generation, load_generator
 from ragkit.ingest.pipeline import open_store
 from ragkit.retrieve.citations import Citation, extract, is_abstention
@@ -111,13 +111,35 @@ def build_prompt(question: str, settings: Settings, docs: list[str] | None = Non
     t1 = time.perf_counter()
     gen = generator or load_generator(settings, vocab_only=True)
     builder = PromptBuilder(gen, n_ctx=settings.generator.n_ctx, max_tokens=settings.generator.max_tokens)
+    several = bool(docs) and len(selected) > 1
+    if several:
+        # several named documents: the best passage of each first, then the next of each,
+        # so every document is represented; and the answer is laid out per document
+        cands = _round_robin(cands)
+        question = f"{question}\n(Answer for each document in turn, naming it, then say how they differ.)"
     prompt = builder.build(question, cands[: max(rs.top_k, 1) * 4], whole=whole, doc_order=[d.doc_id for d in selected])
     if prompt.mode == "retrieved":
         # keep at most top_k sources: every token of prefill costs time
-        prompt = _limit(builder, question, prompt, rs.top_k)
+        prompt = _limit(builder, question, prompt, max(rs.top_k, len(selected) if several else 1))
+    if several:
+        have = {c.doc_id for c in prompt.contexts}
+        missing = [d.name for d in selected if d.doc_id not in have]
+        if missing:
+            raise UsageError(f"{', '.join(missing)} could not be represented in the prompt with the others",
+                             hint="raise generator.n_ctx, or name fewer documents per question")
     t2 = time.perf_counter()
     prompt.best_similarity = best_similarity
     return prompt, {"retrieve_s": t1 - t0, "prompt_s": t2 - t1}
+
+
+def _round_robin(hits: list) -> list:
+    by_doc: dict[str, list] = {}
+    for h in hits:
+        by_doc.setdefault(h.meta.get("doc_id", ""), []).append(h)
+    out = []
+    for i in range(max((len(v) for v in by_doc.values()), default=0)):
+        out += [v[i] for v in by_doc.values() if i < len(v)]
+    return out
 
 
 def _limit(builder: PromptBuilder, question: str, prompt: Prompt, k: int) -> Prompt:
@@ -125,7 +147,10 @@ def _limit(builder: PromptBuilder, question: str, prompt: Prompt, k: int) -> Pro
         return prompt
     from ragkit.store import Hit
 
-    best = sorted(prompt.contexts, key=lambda c: -c.score)[:k]
+    ranked = sorted(prompt.contexts, key=lambda c: -c.score)
+    # the best source of every document first, then the best of the rest
+    firsts = list({c.doc_id: c for c in reversed(ranked)}.values())[:k]
+    best = firsts + [c for c in ranked if c not in firsts][: k - len(firsts)]
     hits = [
         Hit(id=c.chunk_id, text=c.text, score=c.score,
             meta={"doc_name": c.doc, "doc_id": c.doc_id, "chunk_index": c.chunk_index, "section": c.section,

@@ -109,3 +109,16 @@ def test_a_question_the_documents_cannot_answer_is_abstained(nda_store):
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["abstained"] is True and out["citations"] == [] and out["usage"]["completion_tokens"] == 0
+
+
+def test_several_named_documents_are_each_represented_and_answered_per_document(nda_store):
+    from tests.conftest import make_settings
+
+    docs = ["bonterms-mutual-nda-v1.pdf", "common-paper-mutual-nda-v1-standard-terms.md", "cnli_dev_019.pdf"]
+    r = ask("How long do the confidentiality obligations survive?", nda_store, docs=docs, dry_run=True)
+    assert {c.doc for c in r.prompt.contexts} == set(docs)
+    assert "Answer for each document in turn" in r.prompt.text
+    # too small a window for three documents: an error naming what is missing, not an omission
+    tight = make_settings(nda_store.store, n_ctx=640, max_tokens=96)
+    with pytest.raises(UsageError, match="could not be represented"):
+        ask("How long do the confidentiality obligations survive?", tight, docs=docs, dry_run=True)
