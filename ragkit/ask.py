@@ -120,7 +120,7 @@ def build_prompt(question: str, settings: Settings, docs: list[str] | None = Non
     prompt = builder.build(question, cands[: max(rs.top_k, 1) * 4], whole=whole, doc_order=[d.doc_id for d in selected])
     if prompt.mode == "retrieved":
         # keep at most top_k sources: every token of prefill costs time
-        prompt = _limit(builder, question, prompt, max(rs.top_k, len(selected) if several else 1))
+        prompt = _limit(builder, question, prompt, max(rs.top_k, len(selected)) if several else rs.top_k, each_doc=several)
     if several:
         have = {c.doc_id for c in prompt.contexts}
         missing = [d.name for d in selected if d.doc_id not in have]
@@ -142,14 +142,14 @@ def _round_robin(hits: list) -> list:
     return out
 
 
-def _limit(builder: PromptBuilder, question: str, prompt: Prompt, k: int) -> Prompt:
+def _limit(builder: PromptBuilder, question: str, prompt: Prompt, k: int, *, each_doc: bool = False) -> Prompt:
     if len(prompt.contexts) <= k:
         return prompt
     from ragkit.store import Hit
 
     ranked = sorted(prompt.contexts, key=lambda c: -c.score)
-    # the best source of every document first, then the best of the rest
-    firsts = list({c.doc_id: c for c in reversed(ranked)}.values())[:k]
+    # named documents: the best source of each first, then the best of the rest
+    firsts = list({c.doc_id: c for c in reversed(ranked)}.values())[:k] if each_doc else []
     best = firsts + [c for c in ranked if c not in firsts][: k - len(firsts)]
     hits = [
         Hit(id=c.chunk_id, text=c.text, score=c.score,
