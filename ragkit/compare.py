@@ -255,7 +255,7 @@ def _similarity(settings: Settings | None, item: "ChecklistItem"):
     return sim
 
 
-def _best_quote(contexts, item: "ChecklistItem", answer: str = "", settings: Settings | None = None):
+def _best_quote(contexts, item: "ChecklistItem", settings: Settings | None = None):
     """The clause that answers the item, found without trusting the model: among the
     sources in the prompt, the one whose section title and text share most words with
     the item's title and question (title words count double), ties broken by retrieval
@@ -317,16 +317,18 @@ def _calibrate(r, item: ChecklistItem, question: str, settings: Settings) -> Non
         r.generation.text = r.choice.option
 
 
-def clause_prompt(prompt, item: ChecklistItem, question: str, generator, settings: Settings):
+def clause_prompt(prompt, item: ChecklistItem, question: str, generator, settings: Settings, found: dict | None = None):
     """The prompt a Yes/No label is scored on in "clause" mode: the same system prompt
     and question, with the quoted clause as the only source. The label then says what
     the quote a lawyer reads says."""
     from ragkit.store import Hit
 
-    found = _best_quote(prompt.contexts, item, settings=settings)
-    if found is None:
+    best = _best_quote(prompt.contexts, item, settings=settings)
+    if found is not None:
+        found["quote"] = best  # check_item shows this quote: chosen once, not again
+    if best is None:
         return prompt
-    top, quote = found
+    top, quote = best
     hit = Hit(id=top.chunk_id, text=quote, score=top.score,
               meta={"doc_name": top.doc, "doc_id": top.doc_id, "chunk_index": top.chunk_index, "section": top.section,
                     "page_start": top.page_start, "page_end": top.page_end})
@@ -393,11 +395,12 @@ def check_item(doc: str, item: ChecklistItem, settings: Settings) -> tuple[Findi
 
     confidence = None
     note = None
+    chosen: dict = {}  # the quote, when clause mode already chose it
     if item.hypothesis is not None:
         # the label is the option the model scores highest, not parsed from free text;
         # decided on the quoted clause alone, or on the whole context (label_context)
         q = f"{item.question} Answer with exactly one of: Yes, No, Not mentioned."
-        narrow = (lambda p, gen: clause_prompt(p, item, q, gen, settings)) if settings.compare.label_context == "clause" else None
+        narrow = (lambda p, gen: clause_prompt(p, item, q, gen, settings, chosen)) if settings.compare.label_context == "clause" else None
         r = ask_choice(q, YES_NO, settings, [doc], narrow=narrow)
         if r.choice is not None and r.choice.scored:
             if settings.compare.calibrate and narrow is not None:
@@ -416,7 +419,7 @@ def check_item(doc: str, item: ChecklistItem, settings: Settings) -> tuple[Findi
     # the quote: the clause of this document that matches the checklist item best (chosen
     # from the sources, not from the model's citation: a small model often cites the
     # wrong block)
-    found = _best_quote(r.prompt.contexts, item, r.answer, settings=settings)
+    found = chosen["quote"] if "quote" in chosen else _best_quote(r.prompt.contexts, item, settings=settings)
     top, quote = found if found else (None, None)
     finding = Finding(
         doc=r.prompt.contexts[0].doc,

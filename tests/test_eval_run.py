@@ -47,7 +47,7 @@ def _lines(path: Path) -> list[dict]:
 
 def test_convert_contractnli_rendered8(tmp_path):
     if not (SHARED / "contractnli-dev").exists():
-        pytest.skip("shared corpora not available")
+        pytest.skip("../shared/corpora (the ContractNLI source files, licensed separately, beside the checkout) is not present")
     out = tmp_path / "cnli8.jsonl"
     res = CliRunner().invoke(_cli(), ["eval", "convert", "contractnli-rendered8", "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output

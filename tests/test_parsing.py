@@ -112,7 +112,7 @@ def test_table_split_repeats_its_header():
 def test_cuad_pdf_page_numbers_match_the_pages():
     pdfs = sorted((SHARED / "cuad-10" / "pdf").glob("*.pdf")) + sorted((SHARED / "cuad-10" / "pdf").glob("*.PDF"))
     if not pdfs:
-        pytest.skip("shared corpora not present")
+        pytest.skip("../shared/corpora (the licensed sample filings beside the checkout) is not present")
     import pypdfium2 as pdfium
 
     pdf = pdfs[0]
