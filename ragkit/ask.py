@@ -17,7 +17,7 @@ from ragkit.config import Settings
 from ragkit.embed import load_embedder
 from ragkit.errors import StoreError, UsageError
 from ragkit.generate import Choice, Generation, load_generator
-from ragkit.ingest.pipeline import open_store
+from ragkit.store import open_store
 from ragkit.retrieve.citations import Citation, extract, is_abstention
 from ragkit.retrieve.prompt import Prompt, PromptBuilder
 from ragkit.retrieve.search import hybrid_search, rerank, resolve_docs

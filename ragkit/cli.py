@@ -204,7 +204,7 @@ def docs_list(
     if ctx.invoked_subcommand is not None:
         return
     from ragkit.embed import load_embedder
-    from ragkit.ingest.pipeline import open_store
+    from ragkit.store import open_store
 
     try:
         settings = _settings(store)
@@ -234,7 +234,7 @@ def docs_rm(
 ) -> None:
     """Remove documents and their sections from the store."""
     from ragkit.embed import load_embedder
-    from ragkit.ingest.pipeline import open_store
+    from ragkit.store import open_store
     from ragkit.retrieve.search import resolve_docs
     from ragkit.store import WriteLock, lock_path
 

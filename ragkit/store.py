@@ -281,3 +281,15 @@ def lock_path(store: Path, url: str | None, collection: str, cache_dir: Path) ->
 def iter_batches(items: list, n: int) -> Iterator[list]:
     for i in range(0, len(items), n):
         yield items[i : i + n]
+
+
+def open_store(settings, embedder, *, create: bool) -> ChromaStore:
+    """The store named by `settings`, checked against `embedder` (name and dimension)."""
+    return ChromaStore(
+        settings.store,
+        url=settings.store_url,
+        collection=settings.collection,
+        embedder_name=embedder.name,
+        dim=embedder.dim,
+        create=create,
+    )

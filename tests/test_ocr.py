@@ -74,7 +74,7 @@ def test_a_scanned_pdf_is_read_by_ocr_end_to_end(scan, tmp_path):
 
     from ragkit.embed import load_embedder
     from ragkit.ingest import ingest
-    from ragkit.ingest.pipeline import open_store
+    from ragkit.store import open_store
 
     folder = tmp_path / "docs"
     folder.mkdir()

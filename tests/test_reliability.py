@@ -17,7 +17,7 @@ import pytest
 from ragkit.embed import load_embedder
 from ragkit.errors import StoreError
 from ragkit.ingest import ingest
-from ragkit.ingest.pipeline import open_store
+from ragkit.store import open_store
 from ragkit.retrieve import bm25
 
 from conftest import CORPORA, ROOT, make_settings

@@ -8,7 +8,7 @@ import pytest
 
 from ragkit.embed import load_embedder
 from ragkit.ingest import ingest
-from ragkit.ingest.pipeline import open_store
+from ragkit.store import open_store
 from ragkit.retrieve import bm25
 from ragkit.retrieve.search import hybrid_search, rerank, resolve_docs
 

@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
                 on_progress=lambda d, i: err.print(f"  {d}: {i}", highlight=False) if not as_json else None,
             )
             from ragkit.embed import load_embedder
-            from ragkit.ingest.pipeline import open_store
+            from ragkit.store import open_store
             from ragkit.retrieve.search import resolve_docs
 
             recs = resolve_docs(open_store(settings, load_embedder(settings), create=False).documents(), docs)

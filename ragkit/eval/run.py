@@ -101,7 +101,7 @@ class Answerer:
         named documents whole (their contexts carry no retrieval score), so MRR and
         page hit@k still rank by retrieval, not by document order."""
         from ragkit.embed import load_embedder
-        from ragkit.ingest.pipeline import open_store
+        from ragkit.store import open_store
 
         embedder = load_embedder(self.settings)
         with self._lock:

@@ -17,7 +17,7 @@ from ragkit.errors import DocumentError, UsageError
 from ragkit.ingest.loaders import SUPPORTED, load
 from ragkit.ingest.model import Chunk
 from ragkit.ingest.sections import build_sections, chunk_sections
-from ragkit.store import ChromaStore, DocRecord, WriteLock, lock_path
+from ragkit.store import ChromaStore, DocRecord, WriteLock, lock_path, open_store
 
 
 @dataclass
@@ -127,17 +127,6 @@ def chunk_file(path: Path, settings: Settings, embedder: Embedder) -> tuple[list
     chunks = chunk_sections(sections, embedder.count_tokens, max_tokens, settings.ingest.min_chunk_tokens)
     pages = [b.page for b in blocks if b.page is not None]
     return chunks, len(sections), (max(pages) if pages else None)
-
-
-def open_store(settings: Settings, embedder: Embedder, *, create: bool) -> ChromaStore:
-    return ChromaStore(
-        settings.store,
-        url=settings.store_url,
-        collection=settings.collection,
-        embedder_name=embedder.name,
-        dim=embedder.dim,
-        create=create,
-    )
 
 
 def ingest(
