@@ -31,10 +31,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ragkit.ask import AskResult, abstain_if_irrelevant, build_prompt, finish
+from ragkit.ask import AskResult, abstain_if_irrelevant, finish
 from ragkit.config import Settings
 from ragkit.errors import UsageError
 from ragkit.generate import load_generator
+from ragkit.retrieve import retrieve
 from ragkit.retrieve.prompt import Prompt
 
 STATE_VERSION = 1
@@ -61,9 +62,10 @@ class ChatSession:
         """Like `ragkit.ask.ask`, on the session's generator, with the state restored or
         saved around the generation when `state_dir` is set."""
         t0 = time.perf_counter()
-        prompt, timings = build_prompt(question, self.settings, self.docs, generator=self.generator)
-        result = AskResult(question=question, prompt=prompt, timings=timings)
-        if abstain_if_irrelevant(result, self.settings, t0, on_text):
+        r = retrieve(question, self.settings, self.docs, generator=self.generator)
+        prompt = r.prompt
+        result = AskResult.from_retrieval(r)
+        if abstain_if_irrelevant(result, r, t0, on_text):
             return result
         restored = self.restore_state(prompt) if self.state_dir is not None else None
         if restored is not None:

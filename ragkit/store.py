@@ -16,12 +16,13 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from ragkit import __version__
 from ragkit.errors import StoreError, StoreLocked
 
 SCHEMA_VERSION = 1
+T = TypeVar("T")
 
 
 @dataclass
@@ -66,6 +67,7 @@ class Hit:
 class VectorStore(Protocol):
     def documents(self) -> list[DocRecord]: ...
     def add_chunks(self, ids: list[str], embeddings: list[list[float]], texts: list[str], metas: list[dict]) -> None: ...
+    def read_consistent(self, read: Callable[[list[DocRecord]], T], attempts: int = 5) -> T: ...
     def commit_document(self, record: DocRecord) -> None: ...
     def remove_document(self, key: str) -> DocRecord | None: ...
     def query(self, embedding: list[float], k: int, doc_ids: list[str], *, all_live: bool = False) -> list[Hit]: ...
@@ -83,18 +85,7 @@ class ChromaStore:
         chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
         try:
             if url:
-                from urllib.parse import urlparse
-
-                u = urlparse(url if "://" in url else f"http://{url}")  # "127.0.0.1:8000" has no scheme
-                if u.scheme not in ("http", "https"):
-                    raise StoreError(f"store_url {url!r} is not an http:// or https:// URL")
-                self.client = chromadb.HttpClient(
-                    host=u.hostname or "127.0.0.1",
-                    port=u.port or (443 if u.scheme == "https" else 8000),
-                    ssl=u.scheme == "https",
-                    settings=chroma_settings,
-                )
-                self.client.heartbeat()
+                self.client = self.connect(url)
             else:
                 if not create and not (path / "chroma").exists():
                     raise StoreError(f"no ragkit store at {path}", hint="run `ragkit ingest PATH` first, or pass --store")
@@ -124,6 +115,28 @@ class ChromaStore:
             f"{collection}-docs", embedding_function=None, metadata={"schema": SCHEMA_VERSION}
         )
 
+    @staticmethod
+    def connect(url: str):
+        """A client for the Chroma server at `url` ("http://host:port", or "host:port")."""
+        import chromadb
+        from chromadb.config import Settings as ChromaSettings
+        from urllib.parse import urlparse
+
+        u = urlparse(url if "://" in url else f"http://{url}")  # "127.0.0.1:8000" has no scheme
+        if u.scheme not in ("http", "https"):
+            raise StoreError(f"store_url {url!r} is not an http:// or https:// URL")
+        try:
+            client = chromadb.HttpClient(
+                host=u.hostname or "127.0.0.1",
+                port=u.port or (443 if u.scheme == "https" else 8000),
+                ssl=u.scheme == "https",
+                settings=ChromaSettings(anonymized_telemetry=False, allow_reset=False),
+            )
+            client.heartbeat()
+        except Exception as exc:  # connection refused, TLS...
+            raise StoreError(f"cannot open the Chroma store at {url}: {str(exc).splitlines()[0][:200]}") from None
+        return client
+
     def _check_identity(self, have: dict, want: dict) -> None:
         if have.get("schema", SCHEMA_VERSION) > SCHEMA_VERSION:
             raise StoreError(
@@ -146,6 +159,19 @@ class ChromaStore:
         got = self.docs.get(include=["metadatas"])
         recs = [DocRecord.from_meta(i, m) for i, m in zip(got["ids"], got["metadatas"] or [])]
         return sorted(recs, key=lambda r: (r.name, r.key))
+
+    def read_consistent(self, read: Callable[[list[DocRecord]], T], attempts: int = 5) -> T:
+        """`read(records)` on one version of the store. A writer commits a document by
+        replacing its record, then deletes the old version's chunks; if the records
+        changed while we read, read again, so what `read` saw comes from one version of
+        each document (the old or the new, never a mix)."""
+        out: T
+        for _ in range(max(1, attempts)):
+            records = self.documents()
+            out = read(records)
+            if [(r.key, r.doc_id) for r in self.documents()] == [(r.key, r.doc_id) for r in records]:
+                break
+        return out
 
     def commit_document(self, record: DocRecord) -> None:
         """The commit point: one upsert of one record."""
@@ -269,6 +295,116 @@ class WriteLock:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None
+
+
+class ServerLease:
+    """One writer per Chroma server collection, across machines: a lock record that lives
+    with the store (collection `<name>-lock`, id "writer") and carries a lease.
+
+    Chroma has no compare-and-swap, but `add` of an existing id is ignored by the server,
+    so the first `add` wins: a writer adds its own record, reads it back, and holds the
+    lock only if the record is its own. A holder renews the lease every `lease_s / 3`; a
+    lease not renewed for `lease_s` (a writer that crashed or lost the network) expires,
+    and the next writer deletes it — conditionally on its owner, so a fresh holder's record
+    is never deleted — and takes the lock."""
+
+    RECORD = "writer"
+
+    def __init__(self, client, collection: str, *, wait_s: float = 0.0, lease_s: float = 60.0):
+        import socket
+        import uuid
+
+        self.col = client.get_or_create_collection(f"{collection}-lock", embedding_function=None)
+        self.where = collection
+        self.wait_s = wait_s
+        self.lease_s = lease_s
+        self.owner = uuid.uuid4().hex
+        self.info = {"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid()}
+        self._stop = None
+        self._thread = None
+
+    def _holder(self) -> dict | None:
+        got = self.col.get(ids=[self.RECORD], include=["metadatas"])
+        return (got["metadatas"] or [None])[0] if got["ids"] else None
+
+    def _meta(self) -> dict:
+        return {**self.info, "expires": time.time() + self.lease_s}
+
+    def __enter__(self) -> "ServerLease":
+        import threading
+
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            held = self._holder()
+            if held is not None and float(held.get("expires", 0)) < time.time():
+                self.col.delete(ids=[self.RECORD], where={"owner": held["owner"]})  # expired lease
+                held = None
+            if held is None:
+                self.col.add(ids=[self.RECORD], embeddings=[[0.0]], metadatas=[self._meta()])
+                held = self._holder()
+            if held is not None and held.get("owner") == self.owner:
+                break
+            if time.monotonic() >= deadline:
+                who = f" (host {held.get('host')}, pid {held.get('pid')})" if held else ""
+                raise StoreLocked(
+                    f"another ragkit process{who} is writing to the Chroma collection {self.where!r} on this server",
+                    hint="wait for it to finish, or use --wait SECONDS; a crashed writer's lease expires "
+                    f"after {self.lease_s:.0f} s",
+                ) from None
+            time.sleep(0.5)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name="ragkit-lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                held = self._holder()
+                if held is None or held.get("owner") != self.owner:
+                    return  # expired and taken by another writer (a pause longer than the lease): stop renewing
+                self.col.update(ids=[self.RECORD], metadatas=[self._meta()])
+            except Exception:  # the server is unreachable: the writer's own calls will fail and say so
+                pass
+
+    def __exit__(self, *exc) -> None:
+        if self._stop is not None:
+            self._stop.set()
+            self._thread.join(5)
+        try:
+            self.col.delete(ids=[self.RECORD], where={"owner": self.owner})
+        except Exception:
+            pass  # unreachable server: the lease expires on its own
+
+
+class StoreWriter:
+    """The writer's lock for the store `settings` names: the local file lock (one writer
+    per store folder, or per server collection on this machine) and, for a Chroma server,
+    the lease that lives in the server (one writer across machines)."""
+
+    def __init__(self, settings, wait_s: float = 0.0):
+        self.settings = settings
+        self.wait_s = wait_s
+        self.local = WriteLock(lock_path(settings.store, settings.store_url, settings.collection, settings.cache_dir), wait_s)
+        self.lease: ServerLease | None = None
+
+    def __enter__(self) -> "StoreWriter":
+        self.local.__enter__()
+        if self.settings.store_url:
+            try:
+                client = ChromaStore.connect(self.settings.store_url)
+                self.lease = ServerLease(client, self.settings.collection, wait_s=self.wait_s).__enter__()
+            except BaseException:
+                self.local.__exit__(None, None, None)
+                raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.lease is not None:
+                self.lease.__exit__(*exc)
+        finally:
+            self.local.__exit__(*exc)
 
 
 def lock_path(store: Path, url: str | None, collection: str, cache_dir: Path) -> Path:

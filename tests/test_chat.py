@@ -102,9 +102,9 @@ def test_a_damaged_state_file_costs_a_prefill_not_the_answer(first_session, stor
     settings = load_settings(store=store, generator={"n_ctx": 2048, "max_tokens": 48})
     session = ChatSession(settings, ["ai-osi-stack-mutual-nda"], state_dir=bad)
     session.generator.llm.reset()  # no live cache: the file would be used
-    from ragkit.ask import build_prompt
+    from ragkit.retrieve import retrieve
 
-    prompt, _ = build_prompt(QUESTIONS[1], settings, ["ai-osi-stack-mutual-nda"], generator=session.generator)
+    prompt = retrieve(QUESTIONS[1], settings, ["ai-osi-stack-mutual-nda"], generator=session.generator).prompt
     assert session.state_path(prompt).name == next(state.iterdir()).name  # same settings, same key
     assert session.restore_state(prompt) is None
     assert session.generator.llm.n_tokens == 0

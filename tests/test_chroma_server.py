@@ -63,7 +63,7 @@ def chroma_server(tmp_path_factory):
 
 
 def test_ingest_list_retrieve_reingest_on_a_chroma_server(chroma_server, tmp_path, no_outbound_network):
-    from ragkit.ask import build_prompt
+    from ragkit.retrieve import retrieve
     from ragkit.ingest import ingest
     from ragkit.store import open_store
     from ragkit.embed import load_embedder
@@ -84,7 +84,7 @@ def test_ingest_list_retrieve_reingest_on_a_chroma_server(chroma_server, tmp_pat
     assert names == ["bonterms-mutual-nda-v1.pdf", "cnli_dev_019.pdf"]
     assert store.count() == report.chunks
 
-    prompt, _ = build_prompt("Which law governs this agreement?", settings, docs=["bonterms-mutual-nda-v1.pdf"])
+    prompt = retrieve("Which law governs this agreement?", settings, docs=["bonterms-mutual-nda-v1.pdf"]).prompt
     assert prompt.contexts and {c.doc for c in prompt.contexts} == {"bonterms-mutual-nda-v1.pdf"}
     assert any("governed by" in c.text.lower() or "governing law" in c.text.lower() for c in prompt.contexts)
 
@@ -106,3 +106,41 @@ def test_a_server_that_is_not_there_is_a_clear_store_error(tmp_path):
         ingest([CORPORA / "cnli_dev_019.pdf"], settings)
     msg = str(info.value)
     assert "cannot open the Chroma store at http://127.0.0.1:" in msg and "\n" not in msg
+
+
+def test_one_writer_per_server_collection_across_machines(chroma_server, tmp_path):
+    """Two machines writing one server: their local lock files differ (each machine has its
+    own cache folder), so only the lease that lives in the server can refuse the second."""
+    import time as _time
+
+    from ragkit.errors import StoreLocked
+    from ragkit.ingest import ingest
+    from ragkit.store import ChromaStore, ServerLease, StoreWriter
+
+    base = make_settings(tmp_path / "unused").model_copy(update={"store_url": chroma_server, "collection": "leased"})
+    machine_a = base.model_copy(update={"cache_dir": tmp_path / "machine-a"})
+    machine_b = base.model_copy(update={"cache_dir": tmp_path / "machine-b"})
+    with StoreWriter(machine_a):
+        with pytest.raises(StoreLocked) as info:
+            with StoreWriter(machine_b):
+                pass
+        assert info.value.exit_code == 5 and "host" in str(info.value)
+        # the real job on machine B is refused too, and says so
+        with pytest.raises(StoreLocked):
+            ingest([CORPORA / "cnli_dev_019.pdf"], machine_b)
+    # released: machine B now writes
+    with StoreWriter(machine_b):
+        pass
+    # a writer that crashed leaves a lease that expires; the next writer takes it over
+    client = ChromaStore.connect(chroma_server)
+    crashed = ServerLease(client, "leased", lease_s=60)
+    crashed.col.add(ids=[ServerLease.RECORD], embeddings=[[0.0]],
+                    metadatas=[{**crashed.info, "expires": _time.time() - 1}])
+    with StoreWriter(machine_a) as w:
+        assert w.lease is not None and w.lease._holder()["owner"] == w.lease.owner
+    # a live lease held by a crashed writer is not stolen before it expires
+    crashed.col.add(ids=[ServerLease.RECORD], embeddings=[[0.0]],
+                    metadatas=[{**crashed.info, "expires": _time.time() + 60}])
+    with pytest.raises(StoreLocked):
+        with StoreWriter(machine_a, wait_s=1.0):
+            pass

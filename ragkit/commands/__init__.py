@@ -1,3 +1,5 @@
-"""Extra CLI commands. Each module here exposes `register(app: typer.Typer) -> None`;
-`ragkit.cli` calls it for every module, in name order. Keep imports of heavy libraries
-inside the command functions so `ragkit --help` stays fast."""
+"""Every CLI command, one module each. A module exposes `register(app: typer.Typer) -> None`;
+`ragkit.cli` calls it for each name in COMMANDS, in that order (the order of `--help`).
+Keep imports of heavy libraries inside the command functions so `ragkit --help` stays fast."""
+
+COMMANDS = ("ingest", "ask", "chat", "compare", "docs", "eval", "doctor")

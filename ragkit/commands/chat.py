@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         """Answer questions one after another (stdin, one a line; /exit ends), keeping the model and its
         KV cache loaded, so follow-ups on the same documents skip the prefill of the documents."""
         from ragkit.chat import ChatSession
-        from ragkit.cli import _fail, _settings, err, out
+        from ragkit.commands._common import INFERRED_NOTE, _fail, _settings, err, out
         from ragkit.errors import RagkitError
         from ragkit.retrieve.prompt import format_location
 
@@ -69,7 +69,8 @@ def register(app: typer.Typer) -> None:
                 sys.stdout.write("\n")
                 for c in r.citations:
                     where = format_location(c.page, c.section)
-                    out.print(f" [{c.n}] [cyan]{c.doc}[/] {where}", highlight=False)
+                    flag = INFERRED_NOTE if c.inferred else ""
+                    out.print(f" [{c.n}] [cyan]{c.doc}[/] {where}{flag}", highlight=False)
                 g = r.generation
                 err.print(
                     f"[dim]prompt {len(r.prompt.ids)} tok ({g.cached_tokens} cached), {g.completion_tokens} generated; "

@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         from rich.markup import escape
         from rich.table import Table
 
-        from ragkit.cli import _fail, _settings
+        from ragkit.commands._common import _fail, _settings
         from ragkit.compare import _conf, compare as run_compare, to_html, to_markdown
         from ragkit.errors import RagkitError
         from ragkit.retrieve.prompt import format_location

@@ -17,7 +17,7 @@ from ragkit.errors import DocumentError, UsageError
 from ragkit.ingest.loaders import SUPPORTED, load
 from ragkit.ingest.model import Chunk
 from ragkit.ingest.sections import build_sections, chunk_sections
-from ragkit.store import ChromaStore, DocRecord, WriteLock, lock_path, open_store
+from ragkit.store import ChromaStore, DocRecord, StoreWriter, open_store
 
 
 @dataclass
@@ -146,7 +146,7 @@ def ingest(
     for f in failed:
         emit("failed", f)
     embedder = load_embedder(settings)
-    with WriteLock(lock_path(settings.store, settings.store_url, settings.collection, settings.cache_dir), wait_s):
+    with StoreWriter(settings, wait_s):
         store = open_store(settings, embedder, create=True)
         store.gc()  # finish what an interrupted run left behind
         existing = {r.key: r for r in store.documents()}

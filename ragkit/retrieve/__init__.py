@@ -1,1 +1,5 @@
-"""Retrieve: find the sections that answer a question and pack them into a budgeted prompt."""
+"""Retrieval: search the store, rank the sources, pack the prompt. One call: `retrieve`."""
+
+from ragkit.retrieve.pipeline import Retrieval, retrieve
+
+__all__ = ["Retrieval", "retrieve"]

@@ -11,6 +11,7 @@ the count is exact: budget = n_ctx - max_new_tokens - everything that is not a s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -92,7 +93,10 @@ def render_chat_parts(chat_template: str, bos: str = "", eos: str = "") -> tuple
         raise ValueError(msg)
 
     env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: "2026-01-01"
+    # Templates that print today's date (Llama 3 style) get the real one, as transformers
+    # renders them; the Kimi K2 and Qwen templates ragkit ships do not use it, so their
+    # prefixes (and KV caches) do not change from day to day.
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     rendered = env.from_string(chat_template).render(
         messages=[{"role": "system", "content": _SYS}, {"role": "user", "content": _USER}],
         add_generation_prompt=True,

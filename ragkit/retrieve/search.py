@@ -20,7 +20,9 @@ def resolve_docs(records: list[DocRecord], wanted: list[str]) -> list[DocRecord]
             wl = w.lower()
             matches = [r for r in records if r.name.lower() == wl]
         if not matches:
-            matches = [r for r in records if Path(r.name).stem.lower() == Path(w).stem.lower() and Path(w).suffix == ""]
+            # the stored name with its extension removed: "NIST.SP.800-171r2" names
+            # "NIST.SP.800-171r2.pdf" (the dots in the name are not an extension)
+            matches = [r for r in records if Path(r.name).stem.lower() == wl]
         if not matches:
             names = ", ".join(sorted({r.name for r in records})[:12]) or "(the store is empty)"
             raise UsageError(f"no ingested document matches --doc {w!r}", hint=f"ingested: {names}")

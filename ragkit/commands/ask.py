@@ -1,0 +1,77 @@
+"""`ragkit ask QUESTION`: one answer with citations (or, with --dry-run, the exact prompt)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ragkit.commands._common import INFERRED_NOTE, JsonOpt, ProfileOpt, StoreOpt, _fail, _print_json, _settings, err, out
+from ragkit.errors import RagkitError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def ask(
+        question: str = typer.Argument(..., help="the question"),
+        doc: list[str] = typer.Option([], "--doc", help="restrict to this document (name, name without extension, or path); repeat for several"),
+        store: Optional[Path] = StoreOpt,
+        profile: Optional[str] = ProfileOpt,
+        dry_run: bool = typer.Option(False, "--dry-run", help="build and print the prompt with its token count; do not generate"),
+        as_json: bool = JsonOpt,
+    ) -> None:
+        """Answer a question from the ingested documents, with citations to document, page and section."""
+        from ragkit.ask import ask as run_ask
+        from ragkit.retrieve.prompt import format_location
+
+        try:
+            settings = _settings(store, profile)
+            streamed = []
+
+            def on_text(piece: str) -> None:
+                streamed.append(piece)
+                if not as_json:
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+
+            result = run_ask(question, settings, doc, dry_run=dry_run, on_text=on_text)
+        except RagkitError as exc:
+            _fail(exc, as_json)
+            return
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130)
+        if dry_run:
+            if as_json:
+                _print_json(result.dry_run_json())
+            else:
+                sys.stdout.write(result.prompt.text + "\n")
+                p = result.prompt
+                err.print(
+                    f"prompt tokens {len(p.ids)} (prefix {p.prefix_tokens}), sources {len(p.contexts)} ({p.mode}), "
+                    f"n_ctx {p.n_ctx}, max_tokens {p.max_tokens}",
+                    highlight=False,
+                )
+            return
+        if as_json:
+            _print_json(result.to_json())
+            return
+        sys.stdout.write("\n\n")
+        if result.citations:
+            out.print("[bold]Sources[/]")
+            for c in result.citations:
+                where = format_location(c.page, c.section)
+                flag = INFERRED_NOTE if c.inferred else ""
+                out.print(f" [{c.n}] [cyan]{c.doc}[/] {where}{flag}", highlight=False)
+                out.print(f"     “{c.quote}”", highlight=False, style="dim")
+        if result.invalid_citations:
+            out.print(f"[yellow]warning:[/] the answer cites {result.invalid_citations}, which were not among the sources", highlight=False)
+        g = result.generation
+        t = result.timings
+        err.print(
+            f"[dim]prompt {len(result.prompt.ids)} tok ({g.cached_tokens} cached), {g.completion_tokens} generated; "
+            f"retrieve {t['retrieve_s']:.2f}s, first token {t['ttft_s']:.2f}s, generate {t['generate_s']:.2f}s[/]",
+            highlight=False,
+        )

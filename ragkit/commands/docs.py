@@ -1,0 +1,86 @@
+"""`ragkit docs` (list) and `ragkit docs rm NAME...`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from ragkit.commands._common import JsonOpt, StoreOpt, _fail, _print_json, _settings, err, out
+from ragkit.errors import RagkitError
+
+
+docs_app = typer.Typer(help="List or remove ingested documents.", invoke_without_command=True, no_args_is_help=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(docs_app, name="docs")
+
+
+@docs_app.callback()
+def docs_list(
+    ctx: typer.Context,
+    store: Optional[Path] = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """List ingested documents with their section and chunk counts."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from ragkit.embed import load_embedder
+    from ragkit.store import open_store
+
+    try:
+        settings = _settings(store)
+        st = open_store(settings, load_embedder(settings), create=False)
+        records = st.documents()
+    except RagkitError as exc:
+        _fail(exc, as_json)
+        return
+    if as_json:
+        _print_json([
+            {"name": r.name, "path": r.path, "doc_id": r.doc_id, "sections": r.n_sections, "chunks": r.n_chunks,
+             "pages": r.n_pages, "sha256": r.sha256}
+            for r in records
+        ])
+        return
+    table = Table("document", "pages", "sections", "chunks", "path")
+    for r in records:
+        table.add_row(r.name, str(r.n_pages or "-"), str(r.n_sections), str(r.n_chunks), r.path)
+    out.print(table)
+
+
+@docs_app.command("rm")
+def docs_rm(
+    names: list[str] = typer.Argument(..., help="documents to remove (name or path)"),
+    store: Optional[Path] = StoreOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Remove documents and their sections from the store."""
+    from ragkit.embed import load_embedder
+    from ragkit.store import open_store
+    from ragkit.retrieve.search import resolve_docs
+    from ragkit.store import StoreWriter
+
+    try:
+        settings = _settings(store)
+        embedder = load_embedder(settings)
+        with StoreWriter(settings):
+            st = open_store(settings, embedder, create=False)
+            recs = resolve_docs(st.documents(), names)
+            removed = [st.remove_document(r.key) for r in recs]
+            from ragkit.ingest.pipeline import sync_lexical_index
+
+            sync_lexical_index(st, settings)
+    except RagkitError as exc:
+        _fail(exc, as_json)
+        return
+    if as_json:
+        _print_json({"removed": [r.name for r in removed if r]})
+    else:
+        for r in removed:
+            if r:
+                err.print(f"removed {r.name}", highlight=False)
+
+
