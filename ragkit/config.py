@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -31,6 +31,13 @@ class IngestSettings(BaseModel):
     pdf_engine: Literal["pypdfium2", "pypdf"] = "pypdfium2"
     chunk_tokens: int = Field(0, description="max embedder tokens per chunk; 0 = the embedder's own limit")
     min_chunk_tokens: int = 40
+
+    @field_validator("chunk_tokens")
+    @classmethod
+    def _chunk_room(cls, v: int) -> int:
+        if v != 0 and v < 8:
+            raise ValueError("must be 0 (the embedder's own limit) or at least 8 tokens")
+        return v
     max_file_mb: int = 200
     max_pages: int = 3000
     max_docx_inflated_mb: int = 300

@@ -120,3 +120,12 @@ def test_ask_chat_compare_eval_do_not_reach_into_the_store_or_the_index():
         src = (ROOT / "ragkit" / mod).read_text()
         for internal in ("hybrid_search", "bm25.open_index", "resolve_docs(", "store.documents()", "_round_robin"):
             assert internal not in src, f"ragkit/{mod} uses {internal}"
+
+
+def test_a_chunk_limit_too_small_to_hold_text_is_a_configuration_error():
+    from ragkit.config import load_settings
+    from ragkit.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        load_settings(ingest={"chunk_tokens": 4})
+    assert load_settings(ingest={"chunk_tokens": 8}).ingest.chunk_tokens == 8

@@ -398,7 +398,7 @@ def _load_docx(path: Path, *, max_inflated: int) -> list[Block]:
                 prefix = _list_prefix(item)
                 blocks.append(Block(prefix + text))
         elif isinstance(item, Table):
-            md = _table_markdown([[c.text for c in row.cells] for row in item.rows])
+            md = _table_markdown(_docx_table_rows(item))
             if md:
                 blocks.append(Block(md, kind="table"))
     return blocks
@@ -420,13 +420,47 @@ def _list_prefix(paragraph) -> str:
     return ""
 
 
+def _docx_table_rows(table) -> list[list[str]]:
+    """A Word table's rows on its layout grid, one entry per grid column.
+
+    Cells are told apart by their <w:tc> element, never by their text, so neighbouring
+    cells that read the same ("—", "—", or two parties' identical signature blocks) stay
+    two cells. A horizontally merged cell (w:gridSpan) is one cell: its text in its first
+    grid column, the columns it also covers empty, so the cells after it keep their
+    columns. A vertically merged cell (w:vMerge="continue" below its first row) shows the
+    first row's text in each row it covers, as python-docx reads it, so a row stays
+    self-contained when a big table is chunked by rows. Columns a row skips
+    (w:gridBefore / w:gridAfter) are empty."""
+    from docx.table import _Cell
+
+    rows: list[list[str]] = []
+    above: dict[int, str] = {}  # grid column -> text of the cell covering it in the row above
+    for tr in table._tbl.tr_lst:
+        row = [""] * (tr.grid_before or 0)
+        here: dict[int, str] = {}
+        for tc in tr.tc_lst:
+            col = len(row)
+            text = _Cell(tc, table).text
+            if tc.vMerge == "continue" and not text.strip():
+                # continues the cell above (Word moves merged content to the top cell;
+                # text a continuation does hold is kept rather than dropped)
+                text = above.get(col, "")
+            here[col] = text
+            row.append(text)
+            row.extend([""] * (max(1, tc.grid_span or 1) - 1))
+        row.extend([""] * (tr.grid_after or 0))
+        rows.append(row)
+        above = here
+    return rows
+
+
 def _table_markdown(rows: list[list[str]]) -> str:
+    """Markdown of a table given on its grid (see _docx_table_rows): one Markdown column
+    per grid column, the first row as the header."""
     rows = [[" ".join(c.split()).replace("|", "\\|") for c in r] for r in rows]
     rows = [r for r in rows if any(c for c in r)]
     if not rows:
         return ""
-    # merged cells repeat their text in python-docx; collapse consecutive duplicates
-    rows = [[c for i, c in enumerate(r) if i == 0 or c != r[i - 1]] for r in rows]
     width = max(len(r) for r in rows)
     rows = [r + [""] * (width - len(r)) for r in rows]
     head, body = rows[0], rows[1:]

@@ -35,7 +35,12 @@ class Chunk:
     char_end: int
     kind: str = "text"  # "text" | "table"
     tokens: int = 0  # embedder tokens of embed_text()
+    # the section path as embedded when the full one would crowd out the body
+    # ("… > 5.2 Term"); None: the full `section`, which is always what is stored and cited
+    embed_section: str | None = None
 
     def embed_text(self) -> str:
-        """What the embedder sees: the section path repeated in each piece, then the body."""
-        return f"{self.section}\n{self.text}" if self.section else self.text
+        """What the embedder sees: the section path repeated in each piece (shortened when
+        it is too long to leave the body room), then the body."""
+        head = self.section if self.embed_section is None else self.embed_section
+        return f"{head}\n{self.text}" if head else self.text

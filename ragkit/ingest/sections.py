@@ -139,6 +139,16 @@ def build_sections(blocks: list[Block], doc_title: str = "") -> list[Section]:
 
 _SENT_SPLIT = re.compile(r"(?<=[.!?;。；！？])\s+|(?<=[。；！？])")
 
+CountTokens = Callable[[list[str]], list[int]]
+
+_ELIDED = "…"
+
+
+class ChunkingError(RuntimeError):
+    """Internal error: a chunk still exceeds the embedder's limit after re-splitting. A bug
+    in the chunker (or a tokenizer that spends more than the budget on one character),
+    never a property of the user's file; raised so that nothing is silently truncated."""
+
 
 def _split_sentences(text: str) -> list[str]:
     parts = [p for p in _SENT_SPLIT.split(text) if p and p.strip()]
@@ -147,25 +157,38 @@ def _split_sentences(text: str) -> list[str]:
 
 def chunk_sections(
     sections: list[Section],
-    count_tokens: Callable[[list[str]], list[int]],
+    count_tokens: CountTokens,
     max_tokens: int,
     min_tokens: int = 40,
 ) -> list[Chunk]:
-    """Pack each section's blocks into chunks of at most `max_tokens` embedder tokens,
-    the section path counted in. Long blocks split at sentence boundaries; a table too
-    big for one chunk splits by rows with its header repeated. Chunks never span
-    sections, so a citation names one clause."""
+    """Pack each section's blocks into chunks whose embedded text (`Chunk.embed_text()`:
+    section path, newline, body) is at most `max_tokens` embedder tokens. Long blocks split
+    at sentence boundaries, then between words, then between characters (text without
+    spaces such as Chinese, long URLs); a table too big for one chunk splits by rows with
+    its header repeated. A section path longer than a quarter of the limit is shortened
+    in the embedded text only (leading headings elided, then the title cut: "… > 5.2
+    Term"), so the body always has room; `Chunk.section` keeps the full path. The final
+    embedded text of every chunk is measured, re-split when it is still over the limit,
+    and ChunkingError is raised if it cannot be made to fit. Chunks never span sections,
+    so a citation names one clause."""
+    if max_tokens < 8:
+        raise ValueError(f"max_tokens must be at least 8, got {max_tokens}")
     chunks: list[Chunk] = []
     offset = 0
+    path_cap = max(2, max_tokens // 4)
     for section in sections:
         path = section.path_str
-        head_cost = count_tokens([path])[0] + 1 if path else 0
-        budget = max(16, max_tokens - head_cost)
+        shown, shown_cost = _fit_path(section.path, count_tokens, path_cap)
+        embed_section = None if shown == path else shown
+        head_cost = shown_cost + 1 if shown else 0  # +1: the newline after the path
+        budget = max_tokens - head_cost  # at least 3/4 of the limit
         # pieces: (text, page, kind, char_start, char_end)
         pieces: list[tuple[str, int | None, str, int, int]] = []
         for block in section.blocks:
             start = offset
             offset += len(block.text) + 2  # blocks are joined by a blank line in the full text
+            if not block.text.strip():
+                continue
             if block.kind == "table":
                 for part in _split_table(block.text, count_tokens, budget):
                     pieces.append((part, block.page, "table", start, start + len(block.text)))
@@ -192,6 +215,7 @@ def chunk_sections(
                     char_start=items[0][3],
                     char_end=items[-1][4],
                     kind="table" if all(p[2] == "table" for p in items) else "text",
+                    embed_section=embed_section,
                 )
             )
 
@@ -209,7 +233,53 @@ def chunk_sections(
         real = count_tokens([c.embed_text() for c in chunks])
         for c, n in zip(chunks, real):
             c.tokens = n
-    return _merge_tiny(chunks, min_tokens, max_tokens, count_tokens)
+    chunks = _merge_tiny(chunks, min_tokens, max_tokens, count_tokens)
+    return _enforce_limit(chunks, count_tokens, max_tokens)
+
+
+def _fit_path(parts: list[str], count_tokens: CountTokens, cap: int) -> tuple[str, int]:
+    """The section path as it goes into the embedded text, and its token count: the whole
+    path when it costs at most `cap` tokens, else the deepest headings that fit behind
+    '… > ', else the deepest heading cut short ('…' at the end); '' if not even that fits."""
+    full = " > ".join(parts)
+    if not full:
+        return "", 0
+    cands = [full] + [f"{_ELIDED} > " + " > ".join(parts[k:]) for k in range(1, len(parts))]
+    for cand, n in zip(cands, count_tokens(cands)):
+        if n <= cap:
+            return cand, n
+    last = cands[-1]
+    keep = _longest_fit(len(last), lambda k: count_tokens([last[:k].rstrip() + _ELIDED])[0] <= cap, start=cap)
+    if not keep:
+        return "", 0
+    shown = last[:keep].rstrip() + _ELIDED
+    return shown, count_tokens([shown])[0]
+
+
+def _longest_fit(n: int, fits: Callable[[int], bool], start: int = 1) -> int:
+    """The largest k in 1..n with fits(k) (0 when not even 1 fits), by galloping up from
+    `start` and then bisecting, so a huge n costs O(log k) calls on short prefixes. fits
+    is taken to be monotone (a prefix of something that fits, fits)."""
+    if n <= 0:
+        return 0
+    k = min(max(1, start), n)
+    if fits(k):
+        lo, hi = k, n
+        while lo < hi:
+            nxt = min(2 * lo, hi)
+            if not fits(nxt):
+                hi = nxt - 1
+                break
+            lo = nxt
+    else:
+        lo, hi = 0, k - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _join(items: list[tuple[str, int | None, str, int, int]]) -> str:
@@ -220,9 +290,9 @@ def _join(items: list[tuple[str, int | None, str, int, int]]) -> str:
     return out
 
 
-def _pieces_for(text: str, count_tokens: Callable[[list[str]], list[int]], budget: int) -> list[tuple[int, str]]:
+def _pieces_for(text: str, count_tokens: CountTokens, budget: int) -> list[tuple[int, str]]:
     """(offset, text) pieces of a block that each fit the budget: whole block, else sentences,
-    else words."""
+    else words, else characters."""
     if count_tokens([text])[0] <= budget:
         return [(0, text)]
     out: list[tuple[int, str]] = []
@@ -251,50 +321,87 @@ def _pieces_for(text: str, count_tokens: Callable[[list[str]], list[int]], budge
         cur_tokens += size + 1
     if cur:
         out.append((cur_start, " ".join(cur)))
-    return out
+    return [(o, p) for o, p in out if p.strip()]
 
 
-def _split_words(text: str, count_tokens: Callable[[list[str]], list[int]], budget: int) -> list[tuple[int, str]]:
+def _split_words(text: str, count_tokens: CountTokens, budget: int) -> list[tuple[int, str]]:
+    """Runs of space-separated words that each fit the budget; a word too long on its own
+    (a run of Chinese, a long URL) is split by characters."""
     words = text.split(" ")
     out: list[tuple[int, str]] = []
-    start = 0
+    start = 0  # offset of words[lo] in text
     lo = 0
     while lo < len(words):
-        # binary search the longest run of words that fits
-        hi_ok, lo_try, hi_try = lo + 1, lo + 1, len(words)
-        while lo_try <= hi_try:
-            mid = (lo_try + hi_try) // 2
-            if count_tokens([" ".join(words[lo:mid])])[0] <= budget:
-                hi_ok, lo_try = mid, mid + 1
-            else:
-                hi_try = mid - 1
-        piece = " ".join(words[lo:hi_ok])
-        out.append((start, piece))
-        start += len(piece) + 1
-        lo = hi_ok
+        k = _longest_fit(len(words) - lo, lambda k: count_tokens([" ".join(words[lo : lo + k])])[0] <= budget)
+        if k == 0:
+            k = 1
+            out.extend((start + o, p) for o, p in _split_chars(words[lo], count_tokens, budget))
+        else:
+            out.append((start, " ".join(words[lo : lo + k])))
+        start += sum(len(w) for w in words[lo : lo + k]) + k  # the words and the spaces after them
+        lo += k
+    return [(o, p) for o, p in out if p.strip()]
+
+
+def _split_chars(text: str, count_tokens: CountTokens, budget: int) -> list[tuple[int, str]]:
+    """Character windows of text that each fit the budget, measured with the tokenizer
+    (a CJK character is about one token, a Latin word piece several characters). A cut
+    inside a run of letters or digits moves back to the nearest other character in the
+    window's second half, so a URL splits at '/' or '.' where it can."""
+    out: list[tuple[int, str]] = []
+    pos, n = 0, len(text)
+    while pos < n:
+        k = _longest_fit(n - pos, lambda k: count_tokens([text[pos : pos + k]])[0] <= budget, start=budget)
+        if k == 0:
+            raise ChunkingError(f"the character {text[pos]!r} alone is more than {budget} embedder tokens")
+        end = pos + k
+        if end < n and text[end - 1].isalnum() and text[end].isalnum():
+            for cut in range(end - 1, pos + k // 2, -1):
+                if not (text[cut - 1].isalnum() and text[cut].isalnum()):
+                    end = cut
+                    break
+        out.append((pos, text[pos:end]))
+        pos = end
     return out
 
 
-def _split_table(md: str, count_tokens: Callable[[list[str]], list[int]], budget: int) -> list[str]:
+def _split_table(md: str, count_tokens: CountTokens, budget: int) -> list[str]:
+    """A Markdown table in pieces that each fit the budget: runs of rows, each with the
+    header repeated (unless the header takes more than 3/4 of the budget, when it goes
+    once, as the first rows); a row too long for a piece is split like text."""
     if count_tokens([md])[0] <= budget:
         return [md]
     lines = md.split("\n")
     header = lines[:2] if len(lines) > 1 and set(lines[1].replace("|", "").strip()) <= set("-: ") else lines[:1]
-    rows = lines[len(header):]
     head_text = "\n".join(header)
     head_cost = count_tokens([head_text])[0]
+    if head_cost > 3 * budget // 4:  # too big to repeat: it would leave the rows no room
+        head_text, head_cost, rows = "", 0, lines
+    else:
+        rows = lines[len(header) :]
+    rows = [r for r in rows if r.strip()]
+
+    def piece(body: list[str]) -> str:
+        return "\n".join(([head_text] if head_text else []) + body)
+
     out: list[str] = []
     cur: list[str] = []
     sizes = count_tokens(rows) if rows else []
     cur_tokens = head_cost
     for row, size in zip(rows, sizes):
+        if size + 1 > budget - head_cost:  # a row too long for any piece: its own pieces
+            if cur:
+                out.append(piece(cur))
+                cur, cur_tokens = [], head_cost
+            out.extend(piece([p]) for _, p in _pieces_for(row, count_tokens, budget - head_cost - 1))
+            continue
         if cur and cur_tokens + size + 1 > budget:
-            out.append(head_text + "\n" + "\n".join(cur))
+            out.append(piece(cur))
             cur, cur_tokens = [], head_cost
         cur.append(row)
         cur_tokens += size + 1
     if cur:
-        out.append(head_text + "\n" + "\n".join(cur))
+        out.append(piece(cur))
     return out
 
 
@@ -306,6 +413,7 @@ def _merge_tiny(chunks: list[Chunk], min_tokens: int, max_tokens: int, count_tok
         if (
             prev is not None
             and prev.section == c.section
+            and prev.embed_section == c.embed_section
             and prev.kind == c.kind == "text"
             and (c.tokens < min_tokens or prev.tokens < min_tokens)
         ):
@@ -318,6 +426,7 @@ def _merge_tiny(chunks: list[Chunk], min_tokens: int, max_tokens: int, count_tok
                 char_start=prev.char_start,
                 char_end=c.char_end,
                 kind="text",
+                embed_section=c.embed_section,
             )
             merged.tokens = count_tokens([merged.embed_text()])[0]
             if merged.tokens <= max_tokens:
@@ -325,6 +434,55 @@ def _merge_tiny(chunks: list[Chunk], min_tokens: int, max_tokens: int, count_tok
                 continue
         out.append(c)
     return out
+
+
+def _enforce_limit(chunks: list[Chunk], count_tokens: CountTokens, max_tokens: int, tries: int = 4) -> list[Chunk]:
+    """The final check: measure every chunk's real embedder input (`embed_text()`), set
+    `tokens`, and re-split any chunk still over `max_tokens` (the count of joined pieces
+    is not always the sum of their counts), each retry with a budget cut by the
+    overshoot. ChunkingError if some chunk still does not fit."""
+    for attempt in range(tries + 1):
+        sizes = count_tokens([c.embed_text() for c in chunks]) if chunks else []
+        for c, n in zip(chunks, sizes):
+            c.tokens = n
+        over = [c for c in chunks if c.tokens > max_tokens]
+        if not over:
+            return chunks
+        if attempt == tries:
+            break
+        chunks = [p for c in chunks for p in (_resplit(c, count_tokens, max_tokens, attempt) if c.tokens > max_tokens else [c])]
+    c = over[0]
+    raise ChunkingError(
+        f"a chunk of section {c.section!r} is {c.tokens} embedder tokens after re-splitting, over the limit of {max_tokens}"
+    )
+
+
+def _resplit(c: Chunk, count_tokens: CountTokens, max_tokens: int, attempt: int) -> list[Chunk]:
+    """An over-limit chunk as several. Pages and kind are the chunk's; character offsets
+    are the piece's position in the chunk's text, which is close to (not exactly) its
+    position in the document when the chunk joined several blocks."""
+    head = c.section if c.embed_section is None else c.embed_section
+    head_cost = count_tokens([head])[0] + 1 if head else 0
+    budget = max(1, max_tokens - head_cost - attempt * (c.tokens - max_tokens))
+    if c.kind == "table":
+        parts = [(0, p) for p in _split_table(c.text, count_tokens, budget)]
+    else:
+        parts = _pieces_for(c.text, count_tokens, budget)
+        if len(parts) == 1 and attempt:  # nothing to split at that budget: halve it
+            parts = _pieces_for(c.text, count_tokens, max(1, budget // 2))
+    return [
+        Chunk(
+            text=p,
+            section=c.section,
+            page_start=c.page_start,
+            page_end=c.page_end,
+            char_start=min(c.char_start + o, c.char_end),
+            char_end=min(c.char_start + o + len(p), c.char_end),
+            kind=c.kind,
+            embed_section=c.embed_section,
+        )
+        for o, p in parts
+    ]
 
 
 def _min(a, b):
