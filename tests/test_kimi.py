@@ -245,9 +245,22 @@ def test_doctor_cli_names_a_bad_model_in_one_line(tiny_kimi):
 
 
 def test_check_fit_passes_for_the_fixture(tiny_kimi):
-    from ragkit.generate.doctor import check_fit
+    from ragkit.generate.doctor import HOST_RESERVE, check_fit
 
-    check_fit(kimi_settings(tiny_kimi))
+    p = check_fit(kimi_settings(tiny_kimi))  # returns the plan it judged; raises when it does not fit
+    assert p.fits is True and p.verdict == "fits" and p.reasons == [] and p.recommendations == []
+    sizes = _reader_tensors(tiny_kimi)
+    expert = sum(b for n, b in sizes.items() if EXPERT_RE.search(n))
+    assert p.model["tensor_bytes"] == sum(sizes.values()) and p.model["expert_bytes"] == expert
+    assert p.model["n_layer"] == HPARAMS["n_layer"] and p.model["is_mla"] and len(p.model["shards"]) == 3
+    # the plan is for these settings (SMALL: n_ctx 1024), MLA latent f16 per token and layer
+    per_token = HPARAMS["n_layer"] * (HPARAMS["kv_lora_rank"] + HPARAMS["qk_rope"]) * 2
+    assert p.settings["n_ctx"] == 1024 and p.kv_cache["cells"] == 1024
+    assert p.kv_cache["bytes"] == per_token * 1024 and p.kv_cache["v_bytes"] == 0
+    # no GPU here: everything, experts by the profile's override, sits in host RAM, and fits it
+    assert p.gpu["total"] == 0 and p.cpu["weights"] == sum(sizes.values()) and p.cpu["kv"] == p.kv_cache["bytes"]
+    assert p.cpu["total"] == p.cpu["weights"] + p.cpu["kv"] + p.cpu["compute"] > 0
+    assert p.host["ram_available"] is not None and p.cpu["total"] <= p.host["ram_available"] - HOST_RESERVE
 
 
 # ---------------------------------------------------------------------- Kimi-sized plans

@@ -8,7 +8,9 @@ from typing import Optional
 import typer
 
 
-def _human(n: float) -> str:
+def _human(n: float | None) -> str:
+    if n is None:
+        return "unknown"
     for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if abs(n) >= size:
             return f"{n / size:.1f} {unit}"
@@ -16,7 +18,7 @@ def _human(n: float) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    from ragkit.cli import JsonOpt, ProfileOpt, _fail, _print_json, _settings, err, out
+    from ragkit.commands._common import JsonOpt, ProfileOpt, _fail, _print_json, _settings, err, out
 
     @app.command()
     def doctor(
@@ -26,9 +28,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check that the generator fits this machine: sizes from the GGUF headers, where each part goes
         (GPU or CPU RAM) under n_gpu_layers and tensor overrides, the KV cache at n_ctx, and what to change
-        when it does not fit. Exits 0 when it fits, 1 when it does not."""
+        when it does not fit. Exits 0 when it fits (or when host RAM cannot be read: verdict "unknown"),
+        3 when it does not fit this machine."""
         from ragkit.errors import RagkitError
-        from ragkit.generate.doctor import diagnose
+        from ragkit.generate.doctor import DoesNotFit, diagnose
 
         try:
             settings = _settings(None, profile)
@@ -36,9 +39,11 @@ def register(app: typer.Typer) -> None:
         except RagkitError as exc:
             _fail(exc, as_json)
             return
+        # README: exit 3 for "a plan that does not fit this machine", as `ask` exits on DoesNotFit
+        code = DoesNotFit.exit_code if plan.fits is False else 0
         if as_json:
             _print_json(plan.to_json())
-            raise typer.Exit(0 if plan.fits else 1)
+            raise typer.Exit(code)
         m, kv, s, h = plan.model, plan.kv_cache, plan.settings, plan.host
         out.print(f"[bold]model[/]  {Path(m['path']).name}  ({m['arch']}, {len(m['shards'])} file(s), {_human(m['file_bytes'])})", highlight=False)
         out.print(f"  weights {_human(m['tensor_bytes'])}: experts {_human(m['expert_bytes'])}, other {_human(m['non_expert_bytes'])}", highlight=False)
@@ -55,9 +60,10 @@ def register(app: typer.Typer) -> None:
                 highlight=False,
             )
         gpus = ", ".join(f"{g['name']} {_human(g['free'])} free of {_human(g['total'])}" for g in h["gpus"]) or "none"
-        out.print(f"[bold]host[/]  RAM {_human(h['ram_available'])} available of {_human(h['ram_total'])}; GPUs: {gpus}; "
+        limit = f" (cgroup limit {_human(h['ram_limit'])})" if h.get("ram_limit") else ""
+        out.print(f"[bold]host[/]  RAM {_human(h['ram_available'])} available of {_human(h['ram_total'])}{limit}; GPUs: {gpus}; "
                   f"disk free {_human(h['disk_free'])} at {h['disk_path']}", highlight=False)
-        colour = "green" if plan.fits else "red"
+        colour = {"fits": "green", "unknown": "yellow"}.get(plan.verdict, "red")
         out.print(f"[bold {colour}]{plan.verdict}[/]", highlight=False)
         for r in plan.reasons:
             out.print(f"  - {r}", highlight=False)
@@ -65,4 +71,4 @@ def register(app: typer.Typer) -> None:
             out.print(f"  fix: {r['text']}", highlight=False)
         for n in plan.notes:
             err.print(f"  note: {n}", highlight=False)
-        raise typer.Exit(0 if plan.fits else 1)
+        raise typer.Exit(code)

@@ -1,12 +1,11 @@
-"""The generator protocol. A new engine is one class that implements it."""
+"""The generator protocol. A new engine is one class that implements it, registered by
+name in ragkit.generate.factory.BACKENDS; this module imports no implementation."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, runtime_checkable
-
-from ragkit.config import Settings
 
 
 @dataclass
@@ -87,15 +86,3 @@ def free_threads(sample_s: float = 0.25) -> int:
         return n
     busy = n * (1.0 - (b[1] - a[1]) / (b[0] - a[0]))
     return max(1, min(n, n - int(busy + 0.35)))
-
-
-def load_generator(settings: Settings, *, vocab_only: bool = False) -> "Generator":
-    if settings.generator.backend == "llama_cpp":
-        from ragkit.generate.llama import LlamaCppGenerator
-
-        return LlamaCppGenerator.from_settings(settings, vocab_only=vocab_only)
-    if settings.generator.backend == "openai":
-        from ragkit.generate.openai_compat import OpenAICompatGenerator
-
-        return OpenAICompatGenerator.from_settings(settings, vocab_only=vocab_only)
-    raise ValueError(f"unknown generator backend {settings.generator.backend!r}")

@@ -5,6 +5,11 @@ n_gpu_layers and tensor overrides, the KV cache at the chosen context, and host 
 tested with synthetic metadata the size of real Kimi K2 quants. `diagnose()` gathers the
 facts on this machine; `check_fit()` refuses a plan that does not fit.
 
+Host RAM is the machine's (psutil) capped by this process's cgroup memory limit (v2
+`memory.max`, v1 `memory.limit_in_bytes`, the tightest along its cgroup path): inside a
+container /proc/meminfo shows the host. What cannot be read is None and reported as
+"unknown" (verdict "unknown", `fits` None), never as 0 bytes.
+
 Placement follows llama.cpp 0.3.36 (llama-model.cpp `load_tensors`): the token embeddings
 always stay on the CPU; with n_gpu_layers = g, layer i goes to the GPU when
 i >= n_layer + 1 - g, and the output layer when g >= 1; a tensor matched by an override
@@ -74,12 +79,14 @@ class GPU:
 
 @dataclass
 class HostFacts:
-    ram_total: int
-    ram_available: int
-    disk_free: int
+    ram_total: int | None  # None: could not tell (never 0 for "unknown")
+    ram_available: int | None
+    disk_free: int | None
     disk_path: str
     gpus: list[GPU] = field(default_factory=list)
     gpu_offload: bool = True  # whether this llama.cpp build can use a GPU at all
+    ram_limit: int | None = None  # the cgroup memory limit, when one applies
+    ram_source: str = ""  # where the RAM figures come from
 
 
 def is_expert(name: str) -> bool:
@@ -132,18 +139,132 @@ def model_facts(first_shard: Path) -> ModelFacts:
     )
 
 
-def _meminfo() -> dict[str, int]:
-    out = {}
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_SELF_CGROUP = Path("/proc/self/cgroup")
+_CGROUP_UNLIMITED = 2**60  # v1 writes "no limit" as 2^63 rounded down to a page; v2 writes "max"
+
+
+@dataclass
+class CgroupMemory:
+    limit: int  # bytes this process's cgroup (or an ancestor) may use
+    usage: int | None  # bytes charged to it now, less inactive page cache; None when unreadable
+    version: int  # 1 or 2
+    path: str  # the file the limit came from
+
+
+def _read_int(path: Path) -> int | None:
     try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                k, _, rest = line.partition(":")
-                parts = rest.split()
-                if parts:
-                    out[k] = int(parts[0]) * 1024
-    except OSError:
-        pass
-    return out
+        text = path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None  # v2 "max": no limit
+
+
+def _stat_value(path: Path, *keys: str) -> int:
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return 0
+    values = dict(ln.split(None, 1) for ln in lines if " " in ln)
+    for k in keys:
+        if k in values:
+            try:
+                return int(values[k])
+            except ValueError:
+                pass
+    return 0
+
+
+def _own_cgroup(proc_cgroup: Path, version: int) -> str:
+    """This process's cgroup path from /proc/self/cgroup ("0::/a/b" for v2,
+    "N:memory:/a/b" for v1's memory controller); "/" when unreadable."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return "/"
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hid, controllers, path = parts
+        if version == 2 and hid == "0" and controllers == "":
+            return path or "/"
+        if version == 1 and "memory" in controllers.split(","):
+            return path or "/"
+    return "/"
+
+
+def _cgroup_dirs(base: Path, own: str) -> list[Path]:
+    """The process's cgroup folder under `base`, then each ancestor up to `base`: a limit
+    on any of them applies. A path that is not there (a container that shows the host's
+    path) falls back to `base` alone, which is then the container's own cgroup."""
+    leaf = base / own.strip("/") if own.strip("/") else base
+    if not leaf.is_dir():
+        return [base]
+    dirs = [leaf]
+    while dirs[-1] != base and base in dirs[-1].parents:
+        dirs.append(dirs[-1].parent)
+    return dirs
+
+
+def cgroup_memory(root: Path | None = None, proc_cgroup: Path | None = None) -> CgroupMemory | None:
+    """The tightest cgroup memory limit on this process, or None when there is none (or no
+    cgroup file system). cgroup v2 (`root/cgroup.controllers` exists): `memory.max`,
+    `memory.current`; v1: `root/memory/memory.limit_in_bytes`, `memory.usage_in_bytes`.
+    Usage leaves out inactive file cache (`inactive_file`), which the kernel reclaims
+    before it would kill anything (what `docker stats` does)."""
+    root = Path(root or CGROUP_ROOT)
+    proc_cgroup = Path(proc_cgroup or PROC_SELF_CGROUP)
+    if (root / "cgroup.controllers").exists():
+        version, base, limit_f, usage_f, stat_keys = 2, root, "memory.max", "memory.current", ("inactive_file",)
+    elif (root / "memory").is_dir():
+        version, base, limit_f, usage_f, stat_keys = 1, root / "memory", "memory.limit_in_bytes", "memory.usage_in_bytes", (
+            "total_inactive_file", "inactive_file")
+    else:
+        return None
+    best: CgroupMemory | None = None
+    for d in _cgroup_dirs(base, _own_cgroup(proc_cgroup, version)):
+        limit = _read_int(d / limit_f)
+        if limit is None or limit <= 0 or limit >= _CGROUP_UNLIMITED:
+            continue
+        if best is None or limit < best.limit:
+            usage = _read_int(d / usage_f)
+            if usage is not None:
+                usage = max(usage - _stat_value(d / "memory.stat", *stat_keys), 0)
+            best = CgroupMemory(limit, usage, version, str(d / limit_f))
+    return best
+
+
+def physical_memory() -> tuple[int | None, int | None]:
+    """(total, available) bytes of the machine's RAM through psutil; None for what it
+    cannot tell (never 0)."""
+    try:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return int(vm.total) or None, int(vm.available) or None
+    except Exception:  # psutil missing, or no /proc (or the platform's equivalent)
+        return None, None
+
+
+def ram(cgroup_root: Path | None = None, proc_cgroup: Path | None = None) -> tuple[int | None, int | None, int | None, str]:
+    """(total, available, cgroup limit, source) for this process: the machine's RAM,
+    capped by its cgroup's memory limit (inside a container /proc/meminfo and psutil see
+    the host). None where it cannot tell."""
+    total, avail = physical_memory()
+    cg = cgroup_memory(cgroup_root, proc_cgroup)
+    if cg is None:
+        return total, avail, None, "psutil" if total is not None else "unknown"
+    cg_avail = cg.limit - cg.usage if cg.usage is not None else None
+    total = cg.limit if total is None else min(total, cg.limit)
+    if avail is None:
+        avail = max(cg_avail, 0) if cg_avail is not None else None
+    elif cg_avail is not None:
+        avail = max(min(avail, cg_avail), 0)
+    return total, avail, cg.limit, f"cgroup v{cg.version} {cg.path}"
 
 
 def _nvidia_gpus() -> list[GPU]:
@@ -168,24 +289,22 @@ def _nvidia_gpus() -> list[GPU]:
     return gpus
 
 
-def host_facts(disk_path: Path) -> HostFacts:
-    mem = _meminfo()
-    total = mem.get("MemTotal", 0)
-    avail = mem.get("MemAvailable", mem.get("MemFree", 0))
+def host_facts(disk_path: Path, *, cgroup_root: Path | None = None, proc_cgroup: Path | None = None) -> HostFacts:
+    total, avail, limit, source = ram(cgroup_root, proc_cgroup)
     p = Path(disk_path)
     while not p.exists() and p != p.parent:
         p = p.parent
     try:
-        free = shutil.disk_usage(p).free
+        free: int | None = shutil.disk_usage(p).free
     except OSError:
-        free = 0
+        free = None
     try:
         import llama_cpp
 
         offload = bool(llama_cpp.llama_supports_gpu_offload())
     except Exception:
         offload = False
-    return HostFacts(total, avail, free, str(p), _nvidia_gpus(), offload)
+    return HostFacts(total, avail, free, str(p), _nvidia_gpus(), offload, ram_limit=limit, ram_source=source)
 
 
 # ---------------------------------------------------------------------- the plan
@@ -225,8 +344,8 @@ def _compute_estimate(model: ModelFacts, cfg: GeneratorSettings, n_ctx: int) -> 
 
 @dataclass
 class Plan:
-    fits: bool
-    verdict: str  # "fits" | "runs-from-disk" | "no-fit"
+    fits: bool | None  # None: could not tell (host RAM unknown)
+    verdict: str  # "fits" | "runs-from-disk" | "no-fit" | "unknown"
     reasons: list[str]
     recommendations: list[dict]
     notes: list[str]
@@ -283,8 +402,11 @@ def _place(model: ModelFacts, cfg: GeneratorSettings, host: HostFacts) -> tuple[
     return gpu, cpu, kv, notes
 
 
-def _gib(n: float) -> str:
-    return f"{n / GiB:.1f} GiB"
+def _gib(n: float | None) -> str:
+    return "unknown" if n is None else f"{n / GiB:.1f} GiB"
+
+
+_OK = ("fits", "unknown")  # verdicts a candidate fix may end in: "unknown" = host RAM could not be read
 
 
 def _check(model: ModelFacts, cfg: GeneratorSettings, host: HostFacts) -> tuple[str, list[str], dict, dict, dict, list[str]]:
@@ -296,9 +418,14 @@ def _check(model: ModelFacts, cfg: GeneratorSettings, host: HostFacts) -> tuple[
             f"GPU needs {_gib(gpu['total'])} (weights {_gib(gpu['weights'])}, of which experts {_gib(gpu['expert_weights'])}; "
             f"KV cache {_gib(gpu['kv'])}; compute ~{_gib(gpu['compute'])}) but {_gib(max(gpu_free, 0))} is free"
         )
-    ram = host.ram_available - HOST_RESERVE
     verdict = "fits"
-    if cpu["total"] > ram:
+    if host.ram_available is None:
+        # Nothing to compare the CPU side with: say so, never pretend the machine has 0 bytes.
+        verdict = "unknown"
+        size = _gib(cpu["total"]) if cpu["total"] >= GiB else f"{cpu['total'] / MiB:.1f} MiB"
+        notes.append(f"host RAM could not be read: the CPU side ({size}) was not checked")
+    elif cpu["total"] > host.ram_available - HOST_RESERVE:
+        ram = host.ram_available - HOST_RESERVE
         need = (
             f"host RAM needs {_gib(cpu['total'])} (weights {_gib(cpu['weights'])}, KV cache {_gib(cpu['kv'])}, "
             f"compute ~{_gib(cpu['compute'])}) but {_gib(max(host.ram_available, 0))} is available"
@@ -309,7 +436,7 @@ def _check(model: ModelFacts, cfg: GeneratorSettings, host: HostFacts) -> tuple[
         else:
             reasons.append(need)
             verdict = "no-fit"
-    if reasons and verdict == "fits":
+    if reasons and verdict in _OK:
         verdict = "no-fit"
     if any("GPU needs" in r for r in reasons):
         verdict = "no-fit"
@@ -320,7 +447,7 @@ def _largest_ctx(model: ModelFacts, cfg: GeneratorSettings, host: HostFacts) -> 
     lo, hi = 0, max(cfg.n_ctx or model.n_ctx_train, 256) // 256
     while lo < hi:  # largest multiple of 256 that fits
         mid = (lo + hi + 1) // 2
-        if _check(model, cfg.model_copy(update={"n_ctx": mid * 256}), host)[0] == "fits":
+        if _check(model, cfg.model_copy(update={"n_ctx": mid * 256}), host)[0] in _OK:
             lo = mid
         else:
             hi = mid - 1
@@ -330,7 +457,7 @@ def _largest_ctx(model: ModelFacts, cfg: GeneratorSettings, host: HostFacts) -> 
 def _largest_ngl(model: ModelFacts, cfg: GeneratorSettings, host: HostFacts) -> int:
     top = min(cfg.n_gpu_layers if cfg.n_gpu_layers >= 0 else model.n_layer + 1, model.n_layer + 1)
     for ngl in range(top - 1, 0, -1):
-        if _check(model, cfg.model_copy(update={"n_gpu_layers": ngl}), host)[0] == "fits":
+        if _check(model, cfg.model_copy(update={"n_gpu_layers": ngl}), host)[0] in _OK:
             return ngl
     return 0
 
@@ -345,17 +472,17 @@ def plan(model: ModelFacts, cfg: GeneratorSettings, host: HostFacts) -> Plan:
     def rec(change: dict, text: str) -> None:
         recs.append({"change": change, "text": text})
 
-    if verdict != "fits":
+    if verdict not in _OK:
         if use_gpu and model.n_expert and not exps_on_cpu:
             alt = cfg.model_copy(update={"tensor_overrides": [*cfg.tensor_overrides, EXPERTS_TO_CPU]})
-            if _check(model, alt, host)[0] == "fits":
+            if _check(model, alt, host)[0] in _OK:
                 rec({"tensor_overrides": alt.tensor_overrides},
                     f'move the routed experts to CPU RAM: tensor_overrides = ["{EXPERTS_TO_CPU}"] '
                     f"({_gib(gpu['expert_weights'])} of experts leave the GPU)")
         kv_now = cfg.type_k or "f16"
         if kv_now == "f16":
             alt = cfg.model_copy(update={"type_k": "q8_0", "type_v": "q8_0", "flash_attn": True})
-            if _check(model, alt, host)[0] == "fits":
+            if _check(model, alt, host)[0] in _OK:
                 rec({"type_k": "q8_0", "type_v": "q8_0", "flash_attn": True},
                     f"quantize the KV cache to q8_0 (type_k = type_v = q8_0, flash_attn = true): "
                     f"{_gib(kv['bytes'])} -> {_gib(kv_cache(model, cfg.n_ctx, 'q8_0', 'q8_0')['bytes'])}")
@@ -366,7 +493,8 @@ def plan(model: ModelFacts, cfg: GeneratorSettings, host: HostFacts) -> Plan:
             g = _largest_ngl(model, cfg, host)
             if g:
                 rec({"n_gpu_layers": g}, f"lower n_gpu_layers to {g} (the rest of the layers run on the CPU)")
-        if verdict == "no-fit" and not cfg.use_mmap and cpu["weights"] > host.ram_available - HOST_RESERVE:
+        if (verdict == "no-fit" and not cfg.use_mmap and host.ram_available is not None
+                and cpu["weights"] > host.ram_available - HOST_RESERVE):
             alt = cfg.model_copy(update={"use_mmap": True})
             if _check(model, alt, host)[0] == "runs-from-disk":
                 rec({"use_mmap": True},
@@ -383,7 +511,7 @@ def plan(model: ModelFacts, cfg: GeneratorSettings, host: HostFacts) -> Plan:
     expert = sum(b for n, b in model.tensors if is_expert(n))
     total = sum(b for _, b in model.tensors)
     return Plan(
-        fits=verdict == "fits",
+        fits=None if verdict == "unknown" else verdict == "fits",
         verdict=verdict,
         reasons=reasons,
         recommendations=recs,
@@ -408,6 +536,7 @@ def plan(model: ModelFacts, cfg: GeneratorSettings, host: HostFacts) -> Plan:
         host={
             "ram_total": host.ram_total, "ram_available": host.ram_available, "disk_free": host.disk_free,
             "disk_path": host.disk_path, "gpu_offload": host.gpu_offload, "gpus": [asdict(g) for g in host.gpus],
+            "ram_limit": host.ram_limit, "ram_source": host.ram_source,
         },
     )
 
@@ -423,11 +552,12 @@ def diagnose(settings: Settings, model: str | None = None) -> Plan:
     return plan(facts, cfg, host_facts(path.parent))
 
 
-def check_fit(settings: Settings) -> None:
-    """Raise DoesNotFit (a RagkitError) with the reason and the first fix when the
-    generator at these settings does not fit this machine."""
+def check_fit(settings: Settings) -> Plan:
+    """The plan for the generator at these settings on this machine. Raises DoesNotFit (a
+    RagkitError) with the reason and the first fix when it does not fit; a plan that
+    cannot be judged (host RAM unknown, verdict "unknown") is returned, not refused."""
     p = diagnose(settings)
-    if p.fits:
-        return
+    if p.fits is not False:
+        return p
     fix = p.recommendations[0]["text"] if p.recommendations else None
     raise DoesNotFit(f"{Path(p.model['path']).name} does not fit here: {'; '.join(p.reasons)}", hint=fix)

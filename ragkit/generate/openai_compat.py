@@ -2,33 +2,69 @@
 
 ragkit still builds and budgets the prompt itself, with the model's own tokenizer loaded
 locally from the same GGUF (`vocab_only=True`, no weights): `generator.model` names the
-GGUF, `generator.remote_model` the model name sent to the engine. The pre-templated
-prompt goes to `/v1/completions`, streamed:
+GGUF, `generator.remote_model` the model name sent to the engine.
 
-1. as the list of token ids (exact: the template is not re-tokenized; vLLM, SGLang and
-   llama-server accept it),
-2. else as text, detokenized from the ids (llama_cpp.server accepts only strings),
-3. else, when the engine has no completions endpoint, to `/v1/chat/completions` as a
-   system and a user message recovered from the template.
+The HTTP side is the official `openai` client: streaming (server-sent events), timeouts,
+and retries with exponential backoff on connection errors, timeouts, 408/409/429 and
+5xx (`generator.retries`, `generator.timeout_s`). It talks to `generator.base_url` only:
+no proxy from the environment, no redirects, and a request hook that refuses any other
+origin.
 
-The first that works is remembered for the life of the generator. Connect errors and
-5xx answers are retried with exponential backoff; 4xx answers are not.
+What is ragkit's own is the route the pre-templated prompt takes:
+
+1. `/v1/completions` with the list of token ids ("ids"): exact, the template is not
+   re-tokenized by the engine (vLLM, SGLang and llama-server accept it);
+2. else `/v1/completions` with the prompt as text ("text"), detokenized from the ids
+   (llama_cpp.server accepts only strings);
+3. else `/v1/chat/completions` ("chat") with a system and a user message recovered from
+   the template, for engines that serve only chat.
+
+The client cannot make that choice: it is about what this engine accepts, learnt from
+its answers. A route is left only on evidence that the engine does not support it (a
+400/422 saying the prompt must be a string, or a 404/405/501 for the completions route)
+and the choice is remembered for the life of the generator. Any other rejection, a
+context-length error above all, leaves the route as it is and is reported as it is.
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import re
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
+from urllib.parse import urlsplit
 
 from ragkit.config import Settings
 from ragkit.errors import RagkitError, UsageError
 from ragkit.generate.base import Generation
 
-BACKOFF_S = 0.5  # first retry delay; doubles each retry
-MAX_BACKOFF_S = 8.0
-_FALLBACK_STATUS = {400, 404, 405, 415, 422, 501}  # "this engine does not take that request"
+# Placeholder key for engines started without one: the openai client refuses to build
+# without a key, and vLLM's and llama.cpp's docs use this value for keyless servers.
+NO_API_KEY = "EMPTY"
+CONNECT_TIMEOUT_S = 10.0
+
+_NEXT_ROUTE = {"ids": "text", "text": "chat"}
+_ROUTE_MISSING = {404, 405, 501}  # the server has no such route (or method)
+# What engines say when a prompt does not fit their context (llama_cpp.server and
+# OpenAI: code context_length_exceeded, "maximum context length"; vLLM: "maximum context
+# length", max_model_len; llama-server: "exceeds the available context size",
+# exceed_context_size_error; SGLang: "longer than the model's context length"; TGI:
+# "must be <= N"). Checked before anything else, so a message that also mentions the
+# prompt never reads as "this route is unsupported".
+_CONTEXT_ERROR = re.compile(
+    r"context[ _-]?(length|window|size)|maximum context|exceed_context|n_ctx|max_model_len|tokens.{0,40}must be <= ?\d+"
+    r"|input is too (long|large)|prompt is too long|too many tokens",
+    re.I,
+)
+# What engines say when they take only a string prompt (llama_cpp.server: pydantic
+# "Input should be a valid string" at ('body', 'prompt', 'str'); Go engines: "cannot
+# unmarshal array into ... prompt of type string"; others: "prompt must be a string").
+_PROMPT_NOT_IDS = re.compile(
+    r"\bprompt\b.{0,200}\b(str|string|unmarshal|array|list|integers?|type)\b"
+    r"|\b(str|string|unmarshal|array|list|integers?|type)\b.{0,200}\bprompt\b",
+    re.I | re.S,
+)
 
 _GENERATORS: dict[tuple, "OpenAICompatGenerator"] = {}
 
@@ -54,45 +90,93 @@ class GeneratorUnreachable(RemoteGeneratorError):
         self.attempts = attempts
 
 
-class _HTTPStatus(Exception):
-    def __init__(self, status: int, detail: str):
-        super().__init__(f"HTTP {status}: {detail}")
-        self.status = status
-        self.detail = detail
-        self.attempts = 1
+class PromptTooLong(RemoteGeneratorError):
+    """The engine's context is smaller than the prompt ragkit budgeted for its n_ctx.
+    A configuration mismatch (generator.n_ctx vs the server's), hence exit code 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, hint: str | None = None, prompt_tokens: int = 0, n_ctx: int = 0):
+        super().__init__(message, hint=hint)
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx
 
 
-def _detail(body: bytes) -> str:
+def _detail(exc: Exception) -> str:
     """The server's own error message, on one line and short."""
-    text = body.decode("utf-8", errors="replace").strip()
-    try:
-        obj = json.loads(text)
-        if isinstance(obj, dict):
-            e = obj.get("error", obj.get("detail", obj.get("message", obj)))
-            if isinstance(e, dict):
-                e = e.get("message", e)
-            text = e if isinstance(e, str) else json.dumps(e, ensure_ascii=False)
-    except ValueError:
-        pass
+    import openai
+
+    text = ""
+    if isinstance(exc, openai.APIStatusError):
+        try:
+            text = exc.response.text
+        except Exception:  # the body was never read
+            text = ""
+    body: Any = getattr(exc, "body", None)
+    if text:
+        try:
+            body = json.loads(text)
+        except ValueError:
+            body = text
+    if isinstance(body, dict):
+        e = body.get("error", body.get("detail", body.get("message", body)))
+        if isinstance(e, dict):
+            e = e.get("message", e)
+        text = e if isinstance(e, str) else json.dumps(e, ensure_ascii=False)
+    elif body is not None and not isinstance(body, str):
+        text = json.dumps(body, ensure_ascii=False)
+    elif isinstance(body, str):
+        text = body
+    if not text:
+        text = getattr(exc, "message", "") or str(exc)
     text = " ".join(text.split())
     return text[:300] + ("…" if len(text) > 300 else "") if text else "(no message)"
 
 
-def _reason(exc: BaseException) -> str:
-    import httpx
+def _error_code(exc: Exception) -> str:
+    code = getattr(exc, "code", None)
+    body = getattr(exc, "body", None)
+    if code is None and isinstance(body, dict):
+        inner = body.get("error", body)
+        code = inner.get("code") if isinstance(inner, dict) else None
+    return str(code or "")
 
-    msg = str(exc).lower()
-    if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
+
+def is_context_error(exc: Exception, detail: str) -> bool:
+    return _error_code(exc) in ("context_length_exceeded", "exceed_context_size_error") or bool(_CONTEXT_ERROR.search(detail))
+
+
+def next_route(route: str, status: int, detail: str) -> str | None:
+    """The route to try after `route` was refused with `status`/`detail`, when that answer
+    is evidence the engine does not support the route; None when it is not (then the
+    error is the caller's to report, and the route stays)."""
+    if route in ("ids", "text") and status in _ROUTE_MISSING and not re.search(r"\bmodel\b", detail, re.I):
+        return "chat"  # no /v1/completions at all: the text form would hit the same missing route
+    if route == "ids" and status in (400, 422) and _PROMPT_NOT_IDS.search(detail):
+        return "text"
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a connection failed, in a few words, from the transport error under the
+    openai client's APIConnectionError (httpx2 underneath)."""
+    import httpx2
+
+    cause = exc.__cause__ or exc.__context__ or exc
+    msg = str(cause).lower()
+    if isinstance(cause, (httpx2.ConnectTimeout, httpx2.PoolTimeout)):
         return "connection timed out"
-    if isinstance(exc, httpx.ReadTimeout):
+    if isinstance(cause, httpx2.ReadTimeout):
         return "no answer within generator.timeout_s"
+    if isinstance(cause, httpx2.TimeoutException):
+        return "timed out"
     if "refused" in msg:
         return "connection refused"
     if "name or service not known" in msg or "nodename nor servname" in msg or "name resolution" in msg:
         return "unknown host"
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+    if isinstance(cause, (httpx2.RemoteProtocolError, httpx2.ReadError)):
         return "the connection was closed"
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return " ".join(str(cause).split()) or type(cause).__name__
 
 
 def normalize_base_url(url: str) -> str:
@@ -104,9 +188,16 @@ def normalize_base_url(url: str) -> str:
     return url
 
 
+def _origin(url: Any) -> tuple[str, str, int | None]:
+    u = urlsplit(str(url))
+    port = u.port or {"http": 80, "https": 443}.get(u.scheme)
+    return u.scheme, (u.hostname or "").lower(), port
+
+
 class OpenAICompatGenerator:
-    def __init__(self, settings: Settings, *, backoff_s: float | None = None, stream: bool = True):
-        import httpx
+    def __init__(self, settings: Settings, *, stream: bool = True):
+        import httpx2
+        import openai
 
         from ragkit.generate.llama import LlamaCppGenerator
 
@@ -121,25 +212,30 @@ class OpenAICompatGenerator:
         self.remote_model = cfg.remote_model
         self.name = cfg.remote_model or cfg.model
         self.n_ctx = cfg.n_ctx
-        self.backoff_s = BACKOFF_S if backoff_s is None else backoff_s
         self.stream = stream
-        self.mode = "ids"  # "ids" -> "text" -> "chat": the first the engine accepts
+        self.mode = "ids"  # the prompt route: "ids" -> "text" -> "chat" (module docstring)
         # the tokenizer, from the same GGUF, without weights
         self.tok = LlamaCppGenerator.from_settings(settings, vocab_only=True)
         self.chat_template = self.tok.chat_template
-        headers = {"Accept": "application/json, text/event-stream"}
-        if cfg.api_key:
-            headers["Authorization"] = f"Bearer {cfg.api_key}"
-        self.client = httpx.Client(
-            timeout=httpx.Timeout(cfg.timeout_s, connect=min(cfg.timeout_s, 10.0)),
-            headers=headers,
-            trust_env=False,  # never route loopback engines through a proxy from the environment
+        self.attempts = 0  # generation requests sent, retries included (for tests and reports)
+        self._allowed = _origin(self.base_url)
+        http = openai.DefaultHttpxClient(
+            trust_env=False,  # never route a loopback engine through a proxy from the environment
+            follow_redirects=False,  # nor follow it to another host
+            event_hooks={"request": [self._on_request], "response": [self._on_response]},
         )
-        self.attempts = 0  # HTTP attempts made, for tests and reports
+        self.client = openai.OpenAI(
+            base_url=self.base_url + "/v1",
+            api_key=cfg.api_key or NO_API_KEY,
+            max_retries=max(cfg.retries, 0),
+            timeout=openai.Timeout(cfg.timeout_s, connect=min(cfg.timeout_s, CONNECT_TIMEOUT_S)),
+            http_client=http,
+        )
+        self._httpx2 = httpx2
 
     @classmethod
     def from_settings(cls, settings: Settings, *, vocab_only: bool = False) -> "OpenAICompatGenerator":
-        # one generator (tokenizer, HTTP connection pool, negotiated mode) per configuration;
+        # one generator (tokenizer, HTTP connection pool, negotiated route) per configuration;
         # vocab_only makes no difference: nothing is loaded but the tokenizer
         key = (settings.generator.model_dump_json(), str(settings.cache_dir))
         if key not in _GENERATORS:
@@ -151,6 +247,26 @@ class OpenAICompatGenerator:
             self.client.close()
         except Exception:
             pass
+
+    # ------------------------------------------------------------ HTTP hooks
+
+    def _on_request(self, request) -> None:
+        # The client only ever builds URLs from base_url; this makes it a guarantee.
+        if _origin(request.url) != self._allowed:
+            raise RemoteGeneratorError(f"refusing a request to {request.url}: ragkit talks only to generator.base_url {self.base_url}")
+        if request.method == "POST":
+            self.attempts += 1
+
+    def _on_response(self, response) -> None:
+        # llama_cpp.server wraps every exception of a route, FastAPI's request validation
+        # included, into a 500 (llama_cpp/server/errors.py, RouteErrorHandler). A body it
+        # cannot validate is a client error: retrying cannot help, and it is the evidence
+        # that says "this engine does not take token ids". Report it as the 422 FastAPI
+        # would have sent, before the client decides on a retry.
+        if response.status_code == 500:
+            response.read()
+            if "validation error" in response.text.lower():
+                response.status_code = 422
 
     # ------------------------------------------------------------ tokens (local)
 
@@ -218,112 +334,74 @@ class OpenAICompatGenerator:
             return [{"role": "system", "content": system}, {"role": "user", "content": user}]
         return [{"role": "user", "content": text}]
 
-    # ------------------------------------------------------------ HTTP
+    # ------------------------------------------------------------ requests
 
-    def _sampling(self, max_tokens: int) -> dict[str, Any]:
+    def _params(self, max_tokens: int) -> dict[str, Any]:
+        import openai
+
         cfg = self.cfg
-        body: dict[str, Any] = {
+        params: dict[str, Any] = {
+            # vLLM and SGLang want the served model's name; others take any or none
+            "model": self.remote_model or openai.omit,
             "max_tokens": max_tokens,
             "temperature": cfg.temperature,
             "top_p": cfg.top_p,
             "seed": cfg.seed,
             # not in OpenAI's API; llama.cpp and vLLM/SGLang read them
-            "min_p": cfg.min_p,
-            "repeat_penalty": cfg.repeat_penalty,
-            "repetition_penalty": cfg.repeat_penalty,
+            "extra_body": {"min_p": cfg.min_p, "repeat_penalty": cfg.repeat_penalty, "repetition_penalty": cfg.repeat_penalty},
         }
-        if self.remote_model:
-            body["model"] = self.remote_model
         if self.stream:
-            body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
-        return body
+            params["stream"] = True
+            params["stream_options"] = {"include_usage": True}
+        return params
 
-    def _post(self, path: str, body: dict, on_text: Callable[[str], None] | None) -> tuple[Generation, dict]:
-        """One request with retries on connect errors and 5xx. Returns the generation and
-        the server's usage block ({} when it sent none)."""
-        import httpx
-
-        url = self.base_url + path
-        attempt = 0
-        while True:
-            attempt += 1
-            self.attempts += 1
-            started = [False]
-            try:
-                return self._once(url, body, on_text, started)
-            except _HTTPStatus as exc:
-                if exc.status < 500 or attempt > self.cfg.retries:
-                    exc.attempts = attempt
-                    raise
-            except httpx.TransportError as exc:
-                if started[0]:  # text already went to the caller: do not repeat it
-                    raise RemoteGeneratorError(
-                        f"the generator at {self.base_url} closed the stream mid-answer: {_reason(exc)}"
-                    ) from None
-                if isinstance(exc, httpx.ReadTimeout) or attempt > self.cfg.retries:
-                    raise GeneratorUnreachable(
-                        f"cannot reach the generator at {self.base_url}: {_reason(exc)}",
-                        hint=f"{attempt} attempt{'s' if attempt > 1 else ''}; is the server running? check generator.base_url",
-                        attempts=attempt,
-                    ) from None
-            time.sleep(min(self.backoff_s * 2 ** (attempt - 1), MAX_BACKOFF_S))
-
-    def _once(self, url: str, body: dict, on_text, started: list[bool]) -> tuple[Generation, dict]:
+    def _request(self, route: str, prompt_ids: list[int], max_tokens: int, on_text) -> tuple[Generation, dict]:
+        """One generation request on one route (the client retries inside it). Returns the
+        generation and the server's usage block ({} when it sent none)."""
+        params = self._params(max_tokens)
         out = Generation()
         usage: dict = {}
         parts: list[str] = []
         t0 = time.perf_counter()
 
-        def take(obj: dict) -> None:
-            if not isinstance(obj, dict):
-                return
-            if obj.get("error"):
-                raise RemoteGeneratorError(f"the generator at {self.base_url} failed: {_detail(json.dumps(obj).encode())}")
-            if obj.get("usage"):
-                usage.update(obj["usage"])
-            if isinstance(obj.get("timings"), dict):  # llama-server: cache_n = prompt tokens reused
-                usage.setdefault("_timings", obj["timings"])
-            for choice in obj.get("choices") or []:
-                piece = choice.get("text")
-                if piece is None:
-                    piece = (choice.get("delta") or choice.get("message") or {}).get("content")
+        def take(obj) -> None:
+            if getattr(obj, "usage", None) is not None:
+                usage.update(obj.usage.model_dump(exclude_none=True))
+            timings = (getattr(obj, "model_extra", None) or {}).get("timings")
+            if isinstance(timings, dict):  # llama-server: cache_n = prompt tokens reused
+                usage.setdefault("_timings", timings)
+            for choice in getattr(obj, "choices", None) or []:
+                if route == "chat":
+                    msg = getattr(choice, "delta", None) or getattr(choice, "message", None)
+                    piece = getattr(msg, "content", None)
+                else:
+                    piece = getattr(choice, "text", None)
                 if piece:
                     if not parts:
                         out.ttft_s = time.perf_counter() - t0
                     parts.append(piece)
-                    started[0] = True
                     if on_text is not None:
                         on_text(piece)
-                if choice.get("finish_reason"):
-                    out.finish_reason = choice["finish_reason"]
+                if getattr(choice, "finish_reason", None):
+                    out.finish_reason = choice.finish_reason
 
-        with self.client.stream("POST", url, json=body) as resp:
-            if resp.status_code >= 400:
-                detail = _detail(resp.read())
-                status = resp.status_code
-                if status == 500 and "validation error" in detail.lower():
-                    status = 422  # llama_cpp.server answers a request it cannot parse with 500
-                raise _HTTPStatus(status, detail)
-            ctype = resp.headers.get("content-type", "")
-            if "text/event-stream" in ctype:
-                for data in _sse_data(resp.iter_lines()):
-                    if data.strip() == "[DONE]":
-                        break
-                    try:
-                        take(json.loads(data))
-                    except ValueError:
-                        raise RemoteGeneratorError(
-                            f"the generator at {self.base_url} sent an unreadable event: {data[:120]!r}"
-                        ) from None
-            else:
-                raw = resp.read()
-                try:
-                    take(json.loads(raw))
-                except ValueError:
-                    raise RemoteGeneratorError(
-                        f"the generator at {self.base_url} sent an answer that is not JSON: {_detail(raw)}"
-                    ) from None
+        if route == "chat":
+            answer = self.client.chat.completions.create(messages=self.chat_messages(prompt_ids), **params)
+        else:
+            prompt = list(prompt_ids) if route == "ids" else self.prompt_text(prompt_ids)
+            answer = self.client.completions.create(prompt=prompt, **params)
+        if self.stream:
+            try:
+                with answer:
+                    for chunk in answer:
+                        take(chunk)
+            except self._httpx2.HTTPError as exc:  # the stream broke after the answer began
+                said = "mid-answer" if parts else "before the first token"
+                raise RemoteGeneratorError(
+                    f"the generator at {self.base_url} closed the stream {said}: {_reason(exc)}"
+                ) from None
+        else:
+            take(answer)
         out.total_s = time.perf_counter() - t0
         if not parts:
             out.ttft_s = out.total_s
@@ -336,10 +414,9 @@ class OpenAICompatGenerator:
             return
         self.remote_model = ""
         try:
-            r = self.client.get(self.base_url + "/v1/models", timeout=min(self.cfg.timeout_s, 10.0))
-            data = (r.json().get("data") or []) if r.status_code == 200 else []
-            if len(data) == 1 and data[0].get("id"):
-                self.remote_model = data[0]["id"]
+            data = self.client.with_options(max_retries=0, timeout=min(self.cfg.timeout_s, CONNECT_TIMEOUT_S)).models.list().data
+            if len(data) == 1 and data[0].id:
+                self.remote_model = data[0].id
                 self.name = self.remote_model
         except Exception:
             self.remote_model = None  # try again next time (the server may be starting)
@@ -347,37 +424,55 @@ class OpenAICompatGenerator:
     # ------------------------------------------------------------ generation
 
     def generate(self, prompt_ids: list[int], *, max_tokens: int, on_text: Callable[[str], None] | None = None) -> Generation:
+        import openai
+
         if len(prompt_ids) + max_tokens > self.n_ctx:
             raise UsageError(f"prompt of {len(prompt_ids)} tokens + {max_tokens} new tokens exceeds n_ctx {self.n_ctx}")
         self._resolve_model()
         rejected: list[str] = []
         while True:
-            body = self._sampling(max_tokens)
-            if self.mode == "chat":
-                path = "/v1/chat/completions"
-                body["messages"] = self.chat_messages(prompt_ids)
-            else:
-                path = "/v1/completions"
-                body["prompt"] = list(prompt_ids) if self.mode == "ids" else self.prompt_text(prompt_ids)
+            route = self.mode
+            before = self.attempts
             try:
-                gen, usage = self._post(path, body, on_text)
+                gen, usage = self._request(route, prompt_ids, max_tokens, on_text)
                 break
-            except _HTTPStatus as exc:
-                if exc.status in (401, 403):
+            except openai.APIConnectionError as exc:  # APITimeoutError included; retried by the client
+                n = self.attempts - before
+                raise GeneratorUnreachable(
+                    f"cannot reach the generator at {self.base_url}: {_reason(exc)}",
+                    hint=f"{n} attempt{'s' if n != 1 else ''}; is the server running? check generator.base_url",
+                    attempts=n,
+                ) from None
+            except openai.APIStatusError as exc:
+                status, detail = exc.status_code, _detail(exc)
+                n = self.attempts - before
+                if status in (401, 403):
                     raise RemoteGeneratorError(
-                        f"the generator at {self.base_url} refused the request: {exc}", hint="check generator.api_key"
+                        f"the generator at {self.base_url} refused the request: HTTP {status}: {detail}",
+                        hint="check generator.api_key",
                     ) from None
-                if exc.status >= 500:
-                    raise RemoteGeneratorError(
-                        f"the generator at {self.base_url} failed: {exc}", hint=f"{exc.attempts} attempts"
+                if is_context_error(exc, detail):
+                    raise PromptTooLong(
+                        f"the generator at {self.base_url} cannot take a prompt of {len(prompt_ids)} tokens "
+                        f"+ {max_tokens} new tokens (ragkit budgeted it for generator.n_ctx {self.n_ctx}): {detail}",
+                        hint="set generator.n_ctx to the server's context size (llama_cpp.server --n_ctx, "
+                             "llama-server -c, vLLM --max-model-len)",
+                        prompt_tokens=len(prompt_ids), n_ctx=self.n_ctx,
                     ) from None
-                rejected.append(f"{self.mode}: {exc}")
-                nxt = {"ids": "text", "text": "chat"}.get(self.mode)
-                if exc.status not in _FALLBACK_STATUS or nxt is None:
+                rejected.append(f"{route}: HTTP {status}: {detail}")
+                nxt = next_route(route, status, detail)
+                if nxt is None:
+                    if status >= 500:
+                        raise RemoteGeneratorError(
+                            f"the generator at {self.base_url} failed: HTTP {status}: {detail}",
+                            hint=f"{n} attempt{'s' if n != 1 else ''}",
+                        ) from None
                     raise RemoteGeneratorError(
                         f"the generator at {self.base_url} rejected the request ({'; '.join(rejected)})"
                     ) from None
                 self.mode = nxt
+            except openai.APIError as exc:  # an error event inside the stream
+                raise RemoteGeneratorError(f"the generator at {self.base_url} failed: {_detail(exc)}") from None
         return self._finish(gen, usage, prompt_ids)
 
     def _finish(self, gen: Generation, usage: dict, prompt_ids: list[int]) -> Generation:
@@ -397,21 +492,3 @@ class OpenAICompatGenerator:
         gen.cached_tokens = int(cached or 0)
         gen.extra["cached_reported"] = cached is not None
         return gen
-
-
-def _sse_data(lines: Iterator[str]) -> Iterator[str]:
-    """The data of each server-sent event (multi-line data joined; comments skipped)."""
-    buf: list[str] = []
-    for line in lines:
-        if not line.strip():
-            if buf:
-                yield "\n".join(buf)
-                buf = []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        if field == "data":
-            buf.append(value[1:] if value.startswith(" ") else value)
-    if buf:
-        yield "\n".join(buf)
