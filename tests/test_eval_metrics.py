@@ -171,8 +171,75 @@ def test_nli_scores_hand_computed():
     e, c, n = (s["per_class"][k] for k in ("Entailment", "Contradiction", "NotMentioned"))
     assert (e["precision"], e["recall"]) == (1.0, 0.5) and e["f1"] == pytest.approx(2 / 3)
     assert (c["precision"], c["recall"]) == (0.5, 1.0) and c["f1"] == pytest.approx(2 / 3)
-    assert n["precision"] is None and n["recall"] == 0.0 and n["f1"] is None
+    # NotMentioned has a gold item and no prediction: F1 0, not left out of the macro F1
+    assert n["precision"] is None and n["recall"] == 0.0 and n["f1"] == 0.0
     assert (e["support"], c["predicted"]) == (2, 2)
+    assert s["macro_f1"] == pytest.approx((2 / 3 + 2 / 3 + 0.0) / 3)
+    # majority baseline: Entailment is gold for 2 of 4
+    assert s["majority_class"] == "Entailment" and s["majority_accuracy"] == pytest.approx(2 / 4)
+
+
+def _sk_labels(pred):
+    return ["(unparsed)" if p is None else p for p in pred]  # a None prediction is no class
+
+
+NLI_CASES = {
+    "mixed": (["Entailment", "Entailment", "Contradiction", "NotMentioned", "NotMentioned", "Entailment"],
+              ["Entailment", "Contradiction", "Contradiction", None, "Entailment", "NotMentioned"]),
+    "always-yes": (["Entailment"] * 5 + ["Contradiction"] * 3 + ["NotMentioned"] * 2, ["Entailment"] * 10),
+    "always-no-with-unparsed": (["Entailment", "Contradiction", "NotMentioned", "Entailment"],
+                                ["Contradiction", "Contradiction", None, "Contradiction"]),
+    "predicted-never-gold": (["Entailment", "Entailment", "Contradiction"], ["Entailment", "NotMentioned", "Contradiction"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NLI_CASES))
+def test_nli_scores_agree_with_scikit_learn(case):
+    """Per-class precision / recall / F1 and macro F1 against scikit-learn (a test-only
+    dependency). Undefined precision (never predicted) and recall (never gold) are None
+    here and NaN there (zero_division=nan); the macro F1 averages the classes that occur
+    in gold or prediction."""
+    np = pytest.importorskip("numpy")
+    sk = pytest.importorskip("sklearn.metrics")
+    gold, pred = NLI_CASES[case]
+    s = M.nli_scores(gold, pred)
+    p, r, f, sup = sk.precision_recall_fscore_support(gold, _sk_labels(pred), labels=list(M.NLI), zero_division=np.nan)
+    for i, c in enumerate(M.NLI):
+        ours = s["per_class"][c]
+        for key, theirs in (("precision", p[i]), ("recall", r[i]), ("f1", f[i])):
+            if np.isnan(theirs):
+                assert ours[key] is None, (c, key)
+            else:
+                assert ours[key] == pytest.approx(float(theirs)), (c, key)
+        assert ours["support"] == sup[i]
+    present = [c for c in M.NLI if c in gold or c in pred]
+    macro = sk.f1_score(gold, _sk_labels(pred), labels=present, average="macro", zero_division=np.nan)
+    assert s["macro_f1"] == pytest.approx(float(macro))
+    assert s["accuracy"] == pytest.approx(sk.accuracy_score(gold, _sk_labels(pred)))
+
+
+def test_always_one_class_predictor_gets_no_flattering_macro_f1():
+    """Always answering "Yes" on 5 Entailment, 3 Contradiction, 2 NotMentioned items, by hand:
+    Entailment tp 5, fp 5, fn 0 -> F1 10/15 = 2/3; the two never-predicted classes F1 0;
+    macro F1 (2/3 + 0 + 0) / 3 = 2/9 (ignoring the unpredicted classes would say 2/3).
+    Accuracy 5/10, the same as the majority-class baseline."""
+    from ragkit.config import load_settings
+    from ragkit.eval.run import score
+
+    gold, pred = NLI_CASES["always-yes"]
+    s = M.nli_scores(gold, pred)
+    assert s["per_class"]["Entailment"]["f1"] == pytest.approx(2 / 3)
+    assert s["per_class"]["Contradiction"]["f1"] == 0.0 and s["per_class"]["NotMentioned"]["f1"] == 0.0
+    assert s["macro_f1"] == pytest.approx(2 / 9)
+    assert s["accuracy"] == s["majority_accuracy"] == pytest.approx(0.5)
+    # and through the run's scoring, as the report shows it
+    items = [EvalItem(id=f"q{k}", question="?", answers=["x"], label=g) for k, g in enumerate(gold)]
+    recs = {i.id: _rec([{"n": 1, "rank": 1, "doc": "d", "page": None, "page_end": None, "text": "t"}], id=i.id, answer="Yes.")
+            for i in items}
+    m = score(items, recs, load_settings())["metrics"]
+    assert m["nli_macro_f1"] == pytest.approx(2 / 9)
+    assert m["nli_accuracy"] == pytest.approx(0.5) and m["nli_majority_accuracy"] == pytest.approx(0.5)
+    assert m["nli_f1_contradiction"] == 0.0
 
 
 # ---------------------------------------------------------------------- abstention, citations, cost
@@ -254,7 +321,8 @@ def test_score_aggregates_null_where_no_data():
     assert m["n_questions"] == 2 and m["n_answered"] == 1 and m["n_errors"] == 1
     for k in ("evidence_in_context", "page_hit", "mrr", "nli_accuracy", "abstain_precision", "abstain_recall", "citation_precision"):
         assert m[k] is None, k
-    assert m["answer_match"] == 1.0 and m["token_f1"] == 1.0
+    # "a" matches, "b" errored: a miss, not left out
+    assert m["answer_match"] == 0.5 and m["token_f1"] == 0.5
     assert m["prompt_tokens_mean"] == 530 and math.isclose(m["projected_prefill_s_mean"], 530 / 106)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,6 +43,49 @@ def _cli():
 
 def _lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+# Independent scorers for the hand checks below: written from the definitions (SQuAD token
+# F1; "the gold answer occurs in the answer"), not with ragkit's own functions.
+
+_MARKERS = re.compile(r"\[\d+(?:\s*[,;\u2013-]\s*\d+)*\]")  # [n] markers are not answer text
+
+
+def _plain(text: str) -> str:
+    """SQuAD's answer normalization: lower case, punctuation deleted, articles dropped."""
+    text = _MARKERS.sub(" ", text or "").lower()
+    text = re.sub(r"[^\w\s]", "", text)
+    return " ".join(w for w in text.split() if w not in ("a", "an", "the"))
+
+
+def _contains(answer: str, gold: str) -> bool:
+    """The gold answer occurs in the answer, or every figure of the gold is stated in it."""
+    if _plain(gold) in _plain(answer):
+        return True
+    nums = re.findall(r"\d+", gold)
+    return bool(nums) and all(n in re.findall(r"\d+", _MARKERS.sub(" ", answer or "")) for n in nums)
+
+
+def _f1(answer: str, gold: str) -> float:
+    from collections import Counter
+
+    a, g = _plain(answer).split(), _plain(gold).split()
+    same = sum((Counter(a) & Counter(g)).values())
+    return 0.0 if not same else 2 * (same / len(a)) * (same / len(g)) / (same / len(a) + same / len(g))
+
+
+def _words(text: str) -> list[str]:
+    text = text.replace("\u2019", "'").replace("\u2018", "'").replace("\u00ad", "").lower()
+    return re.findall(r"\w+", re.sub(r"(?<=\w)-\s*(?=\w)", "", text))  # a line-break hyphen joins the word
+
+
+def _holds(context: str, evidence: str) -> bool:
+    """At least 90% of the evidence's words, with multiplicity, occur in the context (the
+    rule eval/README.md states; plain containment passes it)."""
+    from collections import Counter
+
+    ev, have = Counter(_words(evidence)), Counter(_words(context))
+    return sum(min(k, have[w]) for w, k in ev.items()) >= 0.9 * sum(ev.values())
 
 
 # ---------------------------------------------------------------------- sets
@@ -163,7 +208,29 @@ def test_generating_run_limit_2_and_reports(nda_store, tmp_path):
     assert REPORT_KEYS <= set(report["metrics"])
     assert report["metrics"]["n_questions"] == 2 and out["metrics"]["n_questions"] == 2
     assert report["metrics"]["nli_accuracy"] is None  # nda-demo has no NLI labels
-    assert report["metrics"]["answer_match"] is not None and report["metrics"]["token_f1"] is not None
+    # the scores, computed by hand from the items and the answers the model gave
+    items = {i.id: i for i in load_set(NDA_DEMO)[:2]}
+    rows = {r["id"]: r for r in report["questions"]}
+    match = {r["id"]: any(_contains(r["answer"], g) for g in items[r["id"]].answers) for r in recs}
+    f1 = {r["id"]: max(_f1(r["answer"], g) for g in items[r["id"]].answers) for r in recs}
+    for r in recs:
+        assert rows[r["id"]]["answer_match"] is match[r["id"]], (r["id"], r["answer"])
+        assert rows[r["id"]]["token_f1"] == pytest.approx(f1[r["id"]]), (r["id"], r["answer"])
+    m = report["metrics"]
+    assert m["answer_match"] == pytest.approx(sum(match.values()) / 2)
+    assert m["token_f1"] == pytest.approx(sum(f1.values()) / 2)
+    # citations: the ones the model marked [n] apart from the ones ragkit inferred
+    n_inferred = sum(bool(c.get("inferred")) for r in recs for c in r["citations"])
+    n_all = sum(len(r["citations"]) for r in recs)
+    assert m["citations_inferred_share"] == (pytest.approx(n_inferred / n_all) if n_all else None)
+    valid = []
+    for r in recs:
+        text = {c["n"]: c["text"] for c in r["contexts"]}
+        marked = [c["n"] for c in r["citations"] if not c.get("inferred") and c["n"] in text]
+        valid.append(any(_holds(text[n], items[r["id"]].evidence) for n in marked))
+        assert rows[r["id"]]["valid_citation"] is valid[-1], r["id"]
+        assert rows[r["id"]]["n_citations"] == len(marked)
+    assert m["valid_citation_rate"] == pytest.approx(sum(valid) / 2)
     assert report["settings"]["generator"]["n_ctx"] == 2048 and report["settings"]["generator"]["max_tokens"] == 48
     assert report["versions"]["chromadb"] and "revision" in report["git"]
     html = (run / "report.html").read_text()
@@ -171,9 +238,24 @@ def test_generating_run_limit_2_and_reports(nda_store, tmp_path):
     assert "<script" not in html and "<link" not in html and "src='http" not in html  # self-contained
     assert "| metric | value |" in (run / "report.md").read_text()
 
-    # compare: the run against itself has no regression
-    res = CliRunner().invoke(_cli(), ["eval", "compare", str(run), str(run)])
+    # compare against a copy whose every answer is an abstention, rescored: by hand, its
+    # answer_match, token_f1 and valid citation rate are 0 (no gold answer shares a word
+    # with "The documents do not say."), so exactly the ones the run scored above the
+    # threshold (0.02) regress, and nothing regresses the other way round
+    worse = tmp_path / "worse"
+    shutil.copytree(run, worse)
+    lines = [{**r, "answer": "The documents do not say.", "abstained": True, "citations": []} for r in recs]
+    (worse / "answers.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    res = CliRunner().invoke(_cli(), ["eval", "rescore", str(worse)])
     assert res.exit_code == 0, res.output
+    mw = json.loads((worse / "report.json").read_text())["metrics"]
+    assert (mw["answer_match"], mw["token_f1"], mw["valid_citation_rate"]) == (0.0, 0.0, 0.0)
+    expected = [k for k in m if k in ("answer_match", "token_f1", "valid_citation_rate") and m[k] > 0.02]
+    res = CliRunner().invoke(_cli(), ["eval", "compare", str(run), str(worse), "--json"])
+    assert json.loads(res.stdout)["regressions"] == expected
+    assert res.exit_code == (1 if expected else 0), res.output
+    res = CliRunner().invoke(_cli(), ["eval", "compare", str(worse), str(run), "--json"])
+    assert json.loads(res.stdout)["regressions"] == [] and res.exit_code == 0
 
 
 def test_nli_items_are_scored_through_the_checklist(nda_store, tmp_path):
@@ -205,7 +287,20 @@ def test_nli_items_are_scored_through_the_checklist(nda_store, tmp_path):
     assert rows["x-nda-4"]["quote_has_evidence"] is True  # matched the second gold span
     assert rows["x-nda-18"]["quote_has_evidence"] is None  # NotMentioned has no span
     m = report["metrics"]
-    assert m["quote_has_evidence"] == 1.0 and m["nli_macro_f1"] is not None and m["nli_accuracy"] in (0.0, 0.5, 1.0)
+    assert m["quote_has_evidence"] == 1.0
+    # the label scores, by hand from the labels the model chose (Yes / No / Not mentioned)
+    to_nli = {"Yes": "Entailment", "No": "Contradiction", "Not mentioned": "NotMentioned"}
+    gold = [i.label for i in items]
+    pred = [to_nli[recs[i.id]["answer"]] for i in items]
+    assert m["nli_accuracy"] == pytest.approx(sum(g == p for g, p in zip(gold, pred)) / 2)
+    assert m["nli_majority_accuracy"] == pytest.approx(1 / 2)  # one Entailment, one NotMentioned
+    sk = pytest.importorskip("sklearn.metrics")  # an independent F1 (test-only dependency)
+    present = sorted(set(gold) | set(pred))
+    assert m["nli_macro_f1"] == pytest.approx(sk.f1_score(gold, pred, labels=present, average="macro", zero_division=0))
+    if "Contradiction" in present:
+        assert m["nli_f1_contradiction"] == pytest.approx(sk.f1_score(gold, pred, labels=["Contradiction"], average="macro"))
+    else:
+        assert m["nli_f1_contradiction"] is None
 
 
 def test_compare_flags_regressions(tmp_path):
@@ -238,6 +333,28 @@ def test_compare_flags_regressions(tmp_path):
     assert regs(write("errors", n_errors=2)) == (1, ["n_errors"])
     res = runner.invoke(_cli(), ["eval", "compare", a, str(tmp_path / "missing")])
     assert res.exit_code == 2 and "no report" in res.output and "Traceback" not in res.output
+
+
+def test_compare_flags_a_metric_that_rises_from_zero(tmp_path):
+    """A relative change from 0 has no meaning: a lower-is-better metric at 0 regresses when
+    it rises by more than the absolute threshold (nli_unparsed 0 -> 0.10 is 10 of 100
+    answers no longer parsed)."""
+    from ragkit.eval.report import compare
+
+    def rep(**m):
+        return {"run": {"set_digest": "x", "retrieval_only": False}, "metrics": m}
+
+    assert compare(rep(nli_unparsed=0.0), rep(nli_unparsed=0.10))["regressions"] == ["nli_unparsed"]
+    assert compare(rep(nli_unparsed=0.0), rep(nli_unparsed=0.01))["regressions"] == []  # within 0.02
+    assert compare(rep(nli_unparsed=0.0), rep(nli_unparsed=0.01), threshold=0.005)["regressions"] == ["nli_unparsed"]
+    assert compare(rep(nli_unparsed=0.0), rep(nli_unparsed=0.0))["regressions"] == []
+    assert compare(rep(citations_inferred_share=0.0), rep(citations_inferred_share=0.5))["regressions"] == ["citations_inferred_share"]
+    # and through the CLI
+    for name, v in (("a", 0.0), ("b", 0.25)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.json").write_text(json.dumps(rep(nli_unparsed=v)))
+    res = CliRunner().invoke(_cli(), ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"])
+    assert res.exit_code == 1 and json.loads(res.stdout)["regressions"] == ["nli_unparsed"]
 
 
 # ---------------------------------------------------------------------- resume

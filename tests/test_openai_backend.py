@@ -176,10 +176,11 @@ def test_ask_answers_through_the_server(server, nda_one, no_outbound_network):
     assert r.answer and r.generation.completion_tokens > 0
     assert r.generation.completion_tokens <= 48
     assert len(r.prompt.ids) + 48 <= 2048
-    # Citations are guaranteed unless the model abstains: each valid [n] marker is mapped
-    # to its source, and an answer without markers is attributed to the source sharing
-    # the most words with it, marked inferred (ragkit.retrieve.citations.extract). The
-    # answer is repeatable (temperature 0.1, seed 42 sent to the server).
+    # Citations are expected here: each valid [n] marker is mapped to its source, and an
+    # answer without markers is attributed, marked inferred, to the one source holding at
+    # least half of its content words (ragkit.retrieve.citations.extract); this answer
+    # restates clause 7.2 of the only document, and it is repeatable (temperature 0.1,
+    # seed 42 sent to the server).
     assert not r.abstained, r.answer
     assert r.citations, r.answer
     by_n = {c.n: c for c in r.prompt.contexts}

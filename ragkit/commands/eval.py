@@ -119,13 +119,17 @@ def run_cmd(
         err.print("interrupted: answers so far are saved; run the same command again to continue")
         raise typer.Exit(130)
     m = report["metrics"]
+    notes = report.get("notes", [])
     if as_json:
-        cli._print_json({"out": str(out), "metrics": m, "nli": report.get("nli")})
+        cli._print_json({"out": str(out), "notes": notes, "metrics": m, "nli": report.get("nli")})
         return
+    from rich.markup import escape
     from rich.table import Table
 
     from ragkit.eval.report import fmt
 
+    for note in notes:  # before the figures: errored questions are misses in them
+        cli.out.print(f"[bold red]{escape(note)}[/] (every metric they would have counted for)", highlight=False)
     table = Table("metric", "value")
     for k, v in m.items():
         if v is not None:

@@ -344,20 +344,38 @@ def nli_label(answer: str | None) -> str | None:
 
 
 def nli_scores(gold: Sequence[str], pred: Sequence[str | None]) -> dict:
-    """Accuracy and per-class precision/recall/F1 over the labels in NLI. A None
-    prediction is wrong and counts as no class. Precision of a class never predicted is
-    None, recall of a class never gold is None."""
+    """Accuracy, per-class precision/recall/F1 over the labels in NLI, macro F1 and the
+    accuracy of the majority-class baseline. A None prediction (unparsed, or a question
+    that errored) is wrong and counts as no class: a miss for its gold class, a false
+    positive for none.
+
+    Per class c: precision = tp / predicted (None when c is never predicted), recall =
+    tp / support (None when c is never gold), F1 = 2 tp / (2 tp + fp + fn), so a class
+    with gold items and no prediction has F1 0 (it is not left out), and so does a class
+    predicted but never gold. F1 is None only for a class neither gold nor predicted.
+    `macro_f1` is the mean F1 over the classes where it is defined (as scikit-learn's
+    `f1_score(average="macro")` over the labels present). `majority_accuracy` is the
+    accuracy of always answering the most frequent gold class: a model below it has
+    learnt less than the class prior."""
     n = len(gold)
     out: dict = {"n": n, "accuracy": (sum(g == p for g, p in zip(gold, pred)) / n) if n else None, "per_class": {}}
     for c in NLI:
         tp = sum(g == c and p == c for g, p in zip(gold, pred))
         npred = sum(p == c for p in pred)
         ngold = sum(g == c for g in gold)
+        fp, fn = npred - tp, ngold - tp
         prec = tp / npred if npred else None
         rec = tp / ngold if ngold else None
-        f1 = (2 * prec * rec / (prec + rec) if prec is not None and rec is not None and (prec + rec) > 0
-              else (0.0 if prec is not None and rec is not None else None))
+        f1 = 2 * tp / (2 * tp + fp + fn) if (tp + fp + fn) else None
         out["per_class"][c] = {"precision": prec, "recall": rec, "f1": f1, "support": ngold, "predicted": npred}
+    f1s = [v["f1"] for v in out["per_class"].values() if v["f1"] is not None]
+    out["macro_f1"] = sum(f1s) / len(f1s) if f1s else None
+    counts = Counter(gold)
+    if counts:
+        top, k = max(counts.items(), key=lambda kv: (kv[1], -NLI.index(kv[0]) if kv[0] in NLI else 0))
+        out["majority_class"], out["majority_accuracy"] = top, k / n
+    else:
+        out["majority_class"], out["majority_accuracy"] = None, None
     return out
 
 

@@ -17,8 +17,10 @@ from ragkit.errors import UsageError
 # metrics where lower is better (cost and latency); every other number: higher is better
 LOWER_IS_BETTER_SUFFIX = ("_s_p50", "_s_p95", "_s_mean")
 LOWER_IS_BETTER = {"prompt_tokens_mean", "prompt_tokens_p50", "prompt_tokens_p95", "completion_tokens_mean",
-                   "nli_unparsed", "n_errors", "n_missing", "abstain_rate"}
-NOT_COMPARED = {"n_questions", "n_answered", "cached_tokens_mean", "abstain_rate", "completion_tokens_mean"}
+                   "nli_unparsed", "n_errors", "n_missing", "abstain_rate", "citations_inferred_share"}
+# properties of the set or the run, not of the system: shown, never flagged
+NOT_COMPARED = {"n_questions", "n_answered", "cached_tokens_mean", "abstain_rate", "completion_tokens_mean",
+                "nli_majority_accuracy"}
 RATE_METRICS = ("evidence_in_context", "page_hit", "page_hit_at_1", "page_hit_at_3", "mrr", "doc_recall",
                 "answer_numbers_in_context", "answer_match", "token_f1", "nli_accuracy", "abstain_precision",
                 "abstain_recall", "citation_precision", "valid_citation_rate", "nli_f1_contradiction", "nli_macro_f1",
@@ -85,6 +87,28 @@ def fmt(v) -> str:
     return str(v)
 
 
+def miss_note(m: dict) -> str | None:
+    """The line a report opens with when questions errored or were not answered: they
+    are counted as misses in every metric they would have counted for."""
+    n, err, missing = m.get("n_questions", 0), m.get("n_errors", 0), m.get("n_missing", 0)
+    parts = []
+    if err:
+        parts.append(f"{err} of {n} questions errored")
+    if missing:
+        parts.append(f"{missing} of {n} questions were not answered")
+    if not parts:
+        return None
+    return "; ".join(parts) + "; counted as misses"
+
+
+def _notes(report: dict) -> list[str]:
+    notes = report.get("notes")
+    if notes is None:  # a report written before notes existed
+        note = miss_note(report.get("metrics", {}))
+        notes = [note] if note else []
+    return list(notes)
+
+
 def _failures_first(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (not r.get("failed"), r.get("status") == "ok", r["id"]))
 
@@ -93,6 +117,8 @@ def render_md(report: dict) -> str:
     m = report["metrics"]
     run = report.get("run", {})
     lines = [f"# Eval report: {Path(run.get('set', '?')).name}", ""]
+    for note in _notes(report):
+        lines += [f"> **{note}** (every metric they would have counted for; n_errors / n_missing below)", ""]
     lines.append(f"- mode: {'retrieval only' if run.get('retrieval_only') else 'generating'}; questions {m['n_questions']}, "
                  f"answered {m['n_answered']}, errors {m['n_errors']}")
     gen = report.get("settings", {}).get("generator", {})
@@ -108,6 +134,9 @@ def render_md(report: dict) -> str:
         lines += ["", "## NLI", "", "| class | precision | recall | F1 | support | predicted |", "|---|---|---|---|---|---|"]
         for c, s in nli["per_class"].items():
             lines.append(f"| {c} | {fmt(s['precision'])} | {fmt(s['recall'])} | {fmt(s['f1'])} | {s['support']} | {s['predicted']} |")
+        lines += ["", f"Accuracy {fmt(nli.get('accuracy'))}; always answering the majority class "
+                  f"({nli.get('majority_class', '?')}) scores {fmt(nli.get('majority_accuracy'))}. "
+                  f"Macro F1 {fmt(nli.get('macro_f1'))} (a class with gold items and no prediction has F1 0)."]
     if report.get("by_tag"):
         keys = [k for k in next(iter(report["by_tag"].values()))]
         lines += ["", "## By tag", "", "| tag | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
@@ -199,6 +228,7 @@ th{background:#f0f3f7} tr.fail td{background:#fff1f0} tr.err td{background:#fde2
 .kv td:first-child{font-family:monospace;width:260px} .muted{color:#777;font-size:12px}
 img{max-width:100%;border:1px solid #eee;margin:6px 0} details summary{cursor:pointer}
 pre{white-space:pre-wrap;font-size:12px;background:#f7f7f7;padding:6px;margin:4px 0}
+.warn{background:#fde2e1;border:1px solid #e0a0a0;padding:6px 8px}
 """
 
 
@@ -211,6 +241,9 @@ def render_html(report: dict) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>ragkit eval: {e(Path(run.get('set', '?')).name)}</title>"
              f"<style>{_CSS}</style></head><body>"]
     parts.append(f"<h1>ragkit eval: {e(Path(run.get('set', '?')).name)}</h1>")
+    for note in _notes(report):
+        parts.append(f"<p class='warn'><b>{e(note)}</b> (every metric they would have counted for; n_errors / "
+                     f"n_missing below)</p>")
     parts.append(
         f"<p class='muted'>{'retrieval only' if run.get('retrieval_only') else 'generating'} · {m['n_questions']} questions, "
         f"{m['n_answered']} answered, {m['n_errors']} errors · generator {e(str(gen.get('model')))} n_ctx {gen.get('n_ctx')} "
@@ -229,6 +262,9 @@ def render_html(report: dict) -> str:
             parts.append(f"<tr><td>{c}</td><td>{fmt(s['precision'])}</td><td>{fmt(s['recall'])}</td><td>{fmt(s['f1'])}</td>"
                          f"<td>{s['support']}</td><td>{s['predicted']}</td></tr>")
         parts.append("</table>")
+        parts.append(f"<p>Accuracy {fmt(nli.get('accuracy'))}; always answering the majority class "
+                     f"({e(str(nli.get('majority_class', '?')))}) scores {fmt(nli.get('majority_accuracy'))}. "
+                     f"Macro F1 {fmt(nli.get('macro_f1'))} (a class with gold items and no prediction has F1 0).</p>")
     if report.get("by_tag"):
         keys = list(next(iter(report["by_tag"].values())))
         parts.append("<h2>By tag</h2><table><tr><th>tag</th>" + "".join(f"<th>{e(k)}</th>" for k in keys) + "</tr>")
@@ -283,10 +319,12 @@ def is_wall_clock(key: str) -> bool:
 
 def compare(a: dict, b: dict, *, threshold: float = 0.02, cost_threshold: float = 0.10, latency: bool = False) -> dict:
     """Deltas B - A for every metric both runs have. A quality metric (0..1) regresses when
-    it drops by more than `threshold` (absolute); a token or projected-prefill metric
-    regresses when it grows by more than `cost_threshold` (relative). Measured wall-clock
-    latencies are noisy on a shared machine: they are shown, and only flagged with
-    `latency=True`."""
+    it drops by more than `threshold` (absolute); a lower-is-better metric (tokens,
+    projected prefill, unparsed labels) regresses when it grows by more than
+    `cost_threshold` (relative), or, from a base of 0 where a relative change has no
+    meaning, by more than `threshold` (absolute: `nli_unparsed` 0 -> 0.05). Measured
+    wall-clock latencies are noisy on a shared machine: they are shown, and only flagged
+    with `latency=True`."""
     ma, mb = a.get("metrics", {}), b.get("metrics", {})
     rows = []
     for k in ma:
@@ -302,7 +340,7 @@ def compare(a: dict, b: dict, *, threshold: float = 0.02, cost_threshold: float 
         elif is_wall_clock(k) and not latency:
             reg = False
         elif lower_is_better(k):
-            reg = va > 0 and (vb - va) / va > cost_threshold
+            reg = (vb - va) / va > cost_threshold if va > 0 else delta > threshold
         else:
             reg = -delta > threshold
         rows.append({"metric": k, "a": va, "b": vb, "delta": delta, "regression": bool(reg)})

@@ -125,7 +125,8 @@ class Answerer:
         return next((self._checklist[t] for t in item.tags if t in self._checklist), None)
 
     def answer(self, item: EvalItem) -> dict:
-        from ragkit.ask import ask, ask_choice, build_prompt
+        from ragkit.ask import ask, ask_choice
+        from ragkit.retrieve import retrieve
 
         docs = [item.doc] if item.doc else None
         t0 = time.perf_counter()
@@ -133,8 +134,8 @@ class Answerer:
         finding = None
         try:
             if self.retrieval_only:
-                prompt, timings = build_prompt(item.question, self.settings, docs)
-                timings = dict(timings)
+                r = retrieve(item.question, self.settings, docs)
+                prompt, timings = r.prompt, dict(r.timings)
                 timings["total_s"] = time.perf_counter() - t0
             elif (check := self._checklist_item(item)) is not None:
                 from ragkit.compare import check_item
@@ -150,7 +151,11 @@ class Answerer:
                 res = ask(item.question, self.settings, docs)
                 prompt, timings = res.prompt, dict(res.timings)
         except UsageError as exc:  # this question cannot be asked (e.g. its doc is not in the store)
-            return {"id": item.id, "status": "error", "error": str(exc), "question": item.question, "doc": item.doc}
+            # scored as a miss in every metric it would have counted for (score_item);
+            # the mode and the answering path say which those are
+            return {"id": item.id, "status": "error", "error": str(exc), "question": item.question, "doc": item.doc,
+                    "retrieval_only": self.retrieval_only,
+                    "checklist": not self.retrieval_only and self._checklist_item(item) is not None}
         ctxs = list(prompt.contexts)
         scores = {c.chunk_id: c.score for c in ctxs}
         if ctxs and all(c.score == 0.0 for c in ctxs):
@@ -286,7 +291,7 @@ def run_eval(opts: RunOptions, *, on_event: Event | None = None) -> dict:
                 rec = fut.result()
                 emit("answered", {"id": futs[fut].id, "status": rec["status"], "error": rec.get("error")})
     records = read_answers(answers_path)
-    report = score(items, records, settings)
+    report = score(items, records, settings, retrieval_only=opts.retrieval_only)
     report["run"] = {**_meta(opts), "out": str(out), "limit": opts.limit, "corpus": [str(p) for p in opts.corpus],
                      "store": str(settings.store), "profile": settings.profile, "concurrency": concurrency}
     write_reports(out, report, settings)
@@ -312,16 +317,58 @@ def _chunk_index(c: dict) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float) -> dict:
-    """Per-question scores. None means "does not apply"."""
-    row: dict = {"id": item.id, "question": item.question, "doc": item.doc, "tags": item.tags}
+_CHECKLIST_IDS: frozenset[str] | None = None
+
+
+def _checklist_ids() -> frozenset[str]:
+    """The hypothesis ids of the built-in NDA checklist (the items `Answerer` scores
+    through `ragkit compare`)."""
+    global _CHECKLIST_IDS
+    if _CHECKLIST_IDS is None:
+        from ragkit.compare import load_checklist
+
+        _CHECKLIST_IDS = frozenset(i.id for i in load_checklist("nda")[1] if i.hypothesis)
+    return _CHECKLIST_IDS
+
+
+# what a question that was never answered has no figure for: cost, latency and the answer
+_COST_KEYS = ("mode", "n_contexts", "prompt_tokens", "cached_tokens", "completion_tokens", "projected_prefill_s",
+              "timings", "answer", "top_context")
+
+
+def _miss_row(item: EvalItem, rec: dict | None, rate_tok_s: float, retrieval_only: bool) -> dict:
+    """A question that errored (or was never answered) scored as a miss in every metric it
+    would have counted for: it is scored as an answer that retrieved nothing and said
+    nothing, so evidence, page, document recall, answer match, token F1, NLI label (None:
+    wrong), abstention (did not abstain) and valid citation all count it as a miss. It has
+    no cost or latency figures (those are over answered questions only)."""
+    ro = bool((rec or {}).get("retrieval_only", retrieval_only))
+    empty = {"id": item.id, "status": "ok", "retrieval_only": ro, "answer": None if ro else "", "abstained": False,
+             "contexts": [], "citations": [], "invalid_citations": []}
+    row = score_item(item, empty, rate_tok_s)
+    for k in _COST_KEYS:
+        row.pop(k, None)
+    if not ro and item.label and item.doc:
+        checklist = (rec or {}).get("checklist")
+        if checklist is None:  # a record written before the flag: the same join as Answerer
+            checklist = any(t in _checklist_ids() for t in item.tags)
+        if checklist and (item.evidence_all or item.evidence):
+            row["quote_has_evidence"] = False
     if rec is None:
-        row.update(status="missing", failed=True, why="not answered")
-        return row
-    row["status"] = rec.get("status", "ok")
-    if row["status"] != "ok":
-        row.update(failed=True, why=rec.get("error", "error"))
-        return row
+        row.update(status="missing", why="not answered; counted as a miss")
+    else:
+        row.update(status=rec.get("status", "error"), why=f"{rec.get('error', 'error')}; counted as a miss")
+    row.update(failed=True, counted_as_miss=True)
+    return row
+
+
+def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float, *, retrieval_only: bool = False) -> dict:
+    """Per-question scores. None means "does not apply". A question that errored or was
+    not answered is a miss (`_miss_row`); `retrieval_only` is the run's mode, for records
+    that do not say."""
+    if rec is None or rec.get("status", "ok") != "ok":
+        return _miss_row(item, rec, rate_tok_s, retrieval_only)
+    row: dict = {"id": item.id, "question": item.question, "doc": item.doc, "tags": item.tags, "status": "ok"}
     ctxs = rec.get("contexts", [])
     ranked = sorted(ctxs, key=lambda c: c.get("rank", c.get("n", 0)))
     texts = [c["text"] for c in ranked]
@@ -384,10 +431,17 @@ def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float) -> dict:
                     why.append("answer does not match")
             if should != row["abstained"]:
                 why.append("should have abstained" if should else "abstained wrongly")
+        # a citation the model marked [n] is scored apart from one ragkit inferred from
+        # the answer's wording (the model gave no marker): an inferred citation is never
+        # counted as precise
         by_n = {c["n"]: c["text"] for c in ctxs}
-        cited = [by_n[c["n"]] for c in rec.get("citations", []) if c.get("n") in by_n]
-        prec, valid = M.citation_scores(cited, item.evidence)
-        row.update(citation_precision=prec, valid_citation=valid, n_citations=len(cited),
+        cites = [c for c in rec.get("citations", []) if c.get("n") in by_n]
+        marked = [by_n[c["n"]] for c in cites if not c.get("inferred")]
+        inferred = [by_n[c["n"]] for c in cites if c.get("inferred")]
+        prec, valid = M.citation_scores(marked, item.evidence)
+        row.update(citation_precision=prec, valid_citation=valid, n_citations=len(marked),
+                   n_inferred_citations=len(inferred),
+                   inferred_citation_precision=M.citation_scores(inferred, item.evidence)[0],
                    invalid_citations=len(rec.get("invalid_citations", [])))
     row["failed"] = bool(why)
     row["why"] = "; ".join(why)
@@ -395,17 +449,25 @@ def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float) -> dict:
 
 
 def _agg(rows: list[dict]) -> dict:
+    """Quality metrics over every question (one that errored or was not answered holds
+    miss values, see `_miss_row`); cost and latency over the answered ones."""
     ok = [r for r in rows if r.get("status") == "ok"]
 
     def m(key: str):
+        return M.mean(r.get(key) for r in rows)
+
+    def cost(key: str):
         return M.mean(r.get(key) for r in ok)
 
-    nli_rows = [r for r in ok if r.get("nli_gold")]
+    nli_rows = [r for r in rows if r.get("nli_gold")]
     nli = M.nli_scores([r["nli_gold"] for r in nli_rows], [r["nli_pred"] for r in nli_rows]) if nli_rows else None
-    ab_rows = [r for r in ok if "should_abstain" in r]
+    nli_ok = [r for r in nli_rows if r.get("status") == "ok"]
+    ab_rows = [r for r in rows if "should_abstain" in r]
+    n_marked = sum(r.get("n_citations") or 0 for r in rows)
+    n_inferred = sum(r.get("n_inferred_citations") or 0 for r in rows)
     ab = M.abstention_scores([r["should_abstain"] for r in ab_rows], [r["abstained"] for r in ab_rows])
     has_unanswerable = ab["should_abstain"] > 0
-    ev_rows = [r for r in ok if r.get("rr") is not None]
+    ev_rows = [r for r in rows if r.get("rr") is not None]
     tokens = [r["prompt_tokens"] for r in ok if r.get("prompt_tokens") is not None]
     out = {
         "n_questions": len(rows),
@@ -422,21 +484,25 @@ def _agg(rows: list[dict]) -> dict:
         "answer_match": m("answer_match"),
         "token_f1": m("token_f1"),
         "nli_accuracy": nli["accuracy"] if nli else None,
-        "nli_unparsed": (sum(r["nli_pred"] is None for r in nli_rows) / len(nli_rows)) if nli_rows else None,
+        "nli_majority_accuracy": nli["majority_accuracy"] if nli else None,
+        # answers that name no label, among the answered (an errored question is counted in n_errors)
+        "nli_unparsed": (sum(r["nli_pred"] is None for r in nli_ok) / len(nli_ok)) if nli_ok else None,
         "nli_f1_contradiction": (nli["per_class"]["Contradiction"]["f1"] if nli else None),
-        "nli_macro_f1": (M.mean(v["f1"] for v in nli["per_class"].values()) if nli else None),
+        "nli_macro_f1": nli["macro_f1"] if nli else None,
         "quote_has_evidence": m("quote_has_evidence"),
         "abstain_precision": ab["precision"] if has_unanswerable else None,
         "abstain_recall": ab["recall"] if has_unanswerable else None,
         "abstain_rate": (ab["abstained"] / len(ab_rows)) if ab_rows else None,
-        "citation_precision": m("citation_precision"),
-        "valid_citation_rate": m("valid_citation"),
+        "citation_precision": m("citation_precision"),  # [n] markers the model wrote, valid ones only
+        "valid_citation_rate": m("valid_citation"),  # a marked citation holds the evidence
+        "citations_inferred_share": (n_inferred / (n_marked + n_inferred)) if (n_marked + n_inferred) else None,
+        "inferred_citation_precision": m("inferred_citation_precision"),  # citations ragkit inferred from wording
         "prompt_tokens_mean": M.mean(tokens),
         "prompt_tokens_p50": M.percentile(tokens, 50),
         "prompt_tokens_p95": M.percentile(tokens, 95),
-        "cached_tokens_mean": m("cached_tokens"),
-        "completion_tokens_mean": m("completion_tokens"),
-        "projected_prefill_s_mean": m("projected_prefill_s"),
+        "cached_tokens_mean": cost("cached_tokens"),
+        "completion_tokens_mean": cost("completion_tokens"),
+        "projected_prefill_s_mean": cost("projected_prefill_s"),
         "projected_prefill_s_p95": M.percentile([r["projected_prefill_s"] for r in ok], 95),
     }
     for st in STAGES:
@@ -450,9 +516,17 @@ BY_TAG_KEYS = ("n_questions", "evidence_in_context", "page_hit", "mrr", "doc_rec
                "answer_match", "token_f1", "nli_accuracy", "prompt_tokens_mean")
 
 
-def score(items: list[EvalItem], records: dict[str, dict], settings: Settings) -> dict:
+def score(items: list[EvalItem], records: dict[str, dict], settings: Settings, *,
+          retrieval_only: bool | None = None) -> dict:
+    """Score every item. `retrieval_only` is the run's mode (for questions that errored or
+    were not answered); None: the mode of the answered records."""
+    from ragkit.eval.report import miss_note
+
     rate = settings.generator.prompt_rate_tok_s
-    rows = [score_item(i, records.get(i.id), rate) for i in items]
+    if retrieval_only is None:
+        modes = {bool(r.get("retrieval_only")) for r in records.values() if r.get("status", "ok") == "ok"}
+        retrieval_only = modes == {True}
+    rows = [score_item(i, records.get(i.id), rate, retrieval_only=retrieval_only) for i in items]
     metrics, nli, ab = _agg(rows)
     by_tag: dict[str, dict] = {}
     tags = sorted({t for i in items for t in i.tags if not t.startswith(("source:", "nda-", "category:"))})
@@ -463,7 +537,9 @@ def score(items: list[EvalItem], records: dict[str, dict], settings: Settings) -
             by_tag[t] = {k: agg[k] for k in BY_TAG_KEYS}
     keep = [k for k in BY_TAG_KEYS if any(v[k] is not None for v in by_tag.values())]
     by_tag = {t: {k: v[k] for k in keep} for t, v in by_tag.items()}
+    note = miss_note(metrics)
     return {
+        "notes": [note] if note else [],
         "metrics": metrics,
         "nli": nli,
         "abstention": ab,
@@ -496,7 +572,7 @@ def rescore(run_dir: Path) -> dict:
             prev_run = prev.get("run", {})
         except (OSError, ValueError, KeyError):
             pass
-    report = score(items, records, settings)
+    report = score(items, records, settings, retrieval_only=bool(meta.get("retrieval_only")))
     report["run"] = {**prev_run, **meta, "out": str(run_dir)}
     write_reports(run_dir, report, settings)
     return report

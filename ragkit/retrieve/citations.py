@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ragkit.retrieve.prompt import Context
 
@@ -23,10 +24,10 @@ class Citation:
     inferred: bool = False  # the model gave no valid marker; matched by wording instead
 
     def to_json(self) -> dict:
-        d = {"n": self.n, "doc": self.doc, "page": self.page, "section": self.section, "quote": self.quote}
-        if self.inferred:
-            d["inferred"] = True
-        return d
+        # `inferred` always present: a reader must never take an attribution by wording for
+        # a marker the model wrote
+        return {"n": self.n, "doc": self.doc, "page": self.page, "section": self.section, "quote": self.quote,
+                "inferred": self.inferred}
 
 
 def _numbers(spec: str) -> list[int]:
@@ -79,9 +80,49 @@ def extract(answer: str, contexts: list[Context]) -> tuple[list[Citation], list[
                     cites[n] = Citation(n, ctx.doc, ctx.page_start, ctx.section, best_quote(ctx.text, claim))
     if not cites and contexts and answer.strip() and not is_abstention(answer):
         # Small models often forget the markers. Attribute the answer to the source that
-        # shares the most wording with it, and say so.
-        aw = _words(answer)
-        ctx = max(contexts, key=lambda c: len(_words(c.text) & aw))
-        if len(_words(ctx.text) & aw) >= 2:
+        # holds most of its content words, and say so (inferred); none when no source
+        # holds a meaningful share of them.
+        ctx = infer_source(answer, contexts)
+        if ctx is not None:
             cites[ctx.n] = Citation(ctx.n, ctx.doc, ctx.page_start, ctx.section, best_quote(ctx.text, answer), inferred=True)
     return [cites[n] for n in sorted(cites)], invalid
+
+
+# An inferred citation needs the source to hold at least this share of the answer's
+# content words (stopwords dropped, stemmed), and at least INFER_MIN_WORDS of them:
+# sharing "the", "this", "agreement" with an answer says nothing about where it came from.
+INFER_MIN_SHARE = 0.5
+INFER_MIN_WORDS = 2
+
+
+@lru_cache(maxsize=1)
+def _stem():
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english").stemWords
+
+
+def content_words(text: str) -> set[str]:
+    """Stemmed content words: English stopwords dropped (bm25s's list, as retrieval
+    uses), words of three letters or more and numbers of two digits or more
+    ("confidential" and "confidentiality" are one word)."""
+    from ragkit.retrieve.bm25 import tokenize
+
+    words = [w for w in tokenize(text) if (len(w) >= 3 and not w.isdigit()) or (w.isdigit() and len(w) >= 2)]
+    return set(_stem()(words))
+
+
+def infer_source(answer: str, contexts: list[Context]) -> Context | None:
+    """The source that holds the largest share of the answer's content words, when that
+    share is at least INFER_MIN_SHARE and at least INFER_MIN_WORDS words; else None."""
+    aw = content_words(answer)
+    if len(aw) < INFER_MIN_WORDS:
+        return None
+    best, have = None, 0
+    for c in contexts:
+        k = len(content_words(c.text) & aw)
+        if k > have:
+            best, have = c, k
+    if best is None or have < INFER_MIN_WORDS or have / len(aw) < INFER_MIN_SHARE:
+        return None
+    return best
