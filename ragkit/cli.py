@@ -10,9 +10,6 @@ import ragkit  # noqa: F401  (sets the offline switches first)
 
 import typer
 
-# re-exported for callers of the old layout (`from ragkit.cli import app, _settings, ...`)
-from ragkit.commands._common import JsonOpt, ProfileOpt, StoreOpt, _fail, _print_json, _settings, err, out  # noqa: F401
-
 app = typer.Typer(
     help="Offline document question answering with page and section citations.\n\n"
     "Ingest PDF/Word/Markdown/text files, then ask questions answered only from them, by a model running on this machine.",

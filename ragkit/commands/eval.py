@@ -18,9 +18,10 @@ def register(app: typer.Typer) -> None:
 
 
 def _cli():
-    from ragkit import cli
+    """The shared command helpers (`_fail`, `_print_json`, `err`, `out`)."""
+    from ragkit.commands import _common
 
-    return cli
+    return _common
 
 
 @eval_app.command("convert")
