@@ -94,7 +94,7 @@ def test_convert_contractnli_rendered8(tmp_path):
     if not (SHARED / "contractnli-dev").exists():
         pytest.skip("../shared/corpora (the ContractNLI source files, licensed separately, beside the checkout) is not present")
     out = tmp_path / "cnli8.jsonl"
-    res = CliRunner().invoke(_cli(), ["eval", "convert", "contractnli-rendered8", "--out", str(out), "--json"])
+    res = CliRunner().invoke(_cli(), ["eval", "convert", "contractnli-rendered8", "--out", str(out), "--corpora", str(SHARED), "--json"])
     assert res.exit_code == 0, res.output
     items = load_set(out)
     assert len(items) == 8 * 17
