@@ -24,6 +24,12 @@ def register(app: typer.Typer) -> None:
     def doctor(
         profile: Optional[str] = ProfileOpt,
         model: Optional[str] = typer.Option(None, "--model", help="a GGUF (first shard of a split model) or a registry name; default: the settings'"),
+        simulate: bool = typer.Option(False, "--simulate", help="measure Kimi K2's prefill and decode speed here on a real-width slice (one dense + one MoE layer, random weights), projected to the whole model; nothing is downloaded"),
+        quant: Optional[str] = typer.Option(None, "--quant", help="with --simulate: the quant you plan to run (UD-TQ1_0, UD-IQ1_S, UD-Q2_K_XL); default UD-TQ1_0"),
+        shards: Optional[Path] = typer.Option(None, "--shards", help="with --simulate: the first shard of your Kimi K2 GGUF, to take its exact type mix from the headers"),
+        lengths: Optional[str] = typer.Option(None, "--lengths", help="with --simulate: prompt lengths to time, comma-separated (default 256,1024,4096)"),
+        validate: bool = typer.Option(False, "--validate", help="with --simulate: also check the projection against a whole random model at a reduced width"),
+        clean: bool = typer.Option(False, "--clean", help="with --simulate: remove the slices written under the cache and exit"),
         as_json: bool = JsonOpt,
     ) -> None:
         """Check that the generator fits this machine: sizes from the GGUF headers, where each part goes
@@ -32,6 +38,10 @@ def register(app: typer.Typer) -> None:
         3 when it does not fit this machine."""
         from ragkit.errors import RagkitError
         from ragkit.generate.doctor import DoesNotFit, diagnose
+
+        if simulate or clean or validate:
+            _simulate(profile, quant, shards, lengths, validate, clean, as_json)
+            return
 
         try:
             settings = _settings(None, profile)
@@ -72,3 +82,63 @@ def register(app: typer.Typer) -> None:
         for n in plan.notes:
             err.print(f"  note: {n}", highlight=False)
         raise typer.Exit(code)
+
+
+def _simulate(profile, quant, shards, lengths, validate, clean, as_json) -> None:
+    import tempfile
+
+    from ragkit.commands._common import _fail, _print_json, _settings, err, out
+    from ragkit.errors import RagkitError, UsageError
+    from ragkit.generate import simulate as sim
+
+    try:
+        settings = _settings(None, profile)
+        if clean:
+            freed = sim.clean(settings)
+            _print_json({"removed_bytes": freed}) if as_json else err.print(f"removed {_human(freed)} of slices from {sim.slice_dir(settings)}", highlight=False)
+            return
+        try:
+            lens = [int(x) for x in lengths.split(",")] if lengths else None
+        except ValueError:
+            raise UsageError(f"--lengths takes comma-separated token counts, not {lengths!r}") from None
+        if lens is not None and (not lens or min(lens) < 8 or max(lens) > 32768):
+            raise UsageError("--lengths must be token counts between 8 and 32768")
+        say = (lambda m: None) if as_json else (lambda m: err.print(f"[dim]{m}[/]", highlight=False))
+        result = sim.simulate(settings, quant=quant, shards=shards, lengths=lens, on_progress=say)
+        check = None
+        if validate:
+            say("validating the projection on a whole random model at reduced width")
+            with tempfile.TemporaryDirectory(dir=sim.slice_dir(settings)) as tmp:
+                check = sim.validate(settings, Path(tmp))
+    except RagkitError as exc:
+        _fail(exc, as_json)
+        return
+    if as_json:
+        _print_json({**result.to_json(), "validation": check})
+        return
+    pj, ms = result.projection, result.measured
+    out.print(f"[bold]Kimi K2 {result.quant}[/] on this machine (type mix: {result.mix_source}); "
+              f"whole model {_human(pj['model_bytes'])}", highlight=False)
+    st = result.settings
+    out.print(f"  settings: n_ubatch {st['n_ubatch']}, n_batch {st['n_batch']}, n_gpu_layers {st['n_gpu_layers']}, "
+              f"overrides {st['tensor_overrides'] or 'none'}, KV {st['type_k'] or 'f16'}, flash_attn {st['flash_attn']}, "
+              f"mmap {st['use_mmap']}", highlight=False)
+    for name, label in (("base", "embedding + dense layer + head"), ("one_moe", "+ one MoE layer (384 experts)")):
+        pre = ", ".join(f"{p} tok {float(v):.2f}s" for p, v in ms[name]["prefill_s"].items())
+        out.print(f"  measured {label}: prefill {pre}; decode {float(ms[name]['decode_s_per_token']) * 1000:.1f} ms/token", highlight=False)
+    by_ub = ms["one_moe"]["prefill_s_by_ubatch"]
+    if len(by_ub) > 1:
+        longest = max(result.lengths)
+        out.print(f"  + one MoE layer, {longest}-token prompt by n_ubatch: "
+                  + ", ".join(f"{u}: {float(v):.2f}s" for u, v in by_ub.items()), highlight=False)
+    rates = ", ".join(f"{v:.1f} tok/s at {p}" for p, v in pj["prefill_tok_s"].items())
+    out.print(f"[bold]projected[/] (1 dense + {pj['moe_layers']} MoE layers): prefill {rates}; decode {pj['decode_tok_s']:.2f} tok/s", highlight=False)
+    for k, v in pj["ttft_s"].items():
+        flag = " (extrapolated)" if k in pj["ttft_extrapolated"] else ""
+        out.print(f"  time to first token, {k}: {v:,.0f} s{flag}", highlight=False)
+    for r in result.recommendations:
+        out.print(f"  would help: {r}", highlight=False)
+    if check:
+        e = check["relative_error"]
+        out.print("  validation (whole reduced-width model vs its projection): " + ", ".join(f"{k} {v:+.0%}" for k, v in e.items()), highlight=False)
+    err.print(f"[dim]took {result.seconds:.0f} s; slices kept in {result.slice_dir} (ragkit doctor --simulate --clean removes them)[/]", highlight=False)
