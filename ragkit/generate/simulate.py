@@ -359,49 +359,67 @@ def _load(path: Path, cfg):
     return LlamaCppGenerator(path, cfg, name=path.name)
 
 
+def _prefill_once(llm, n: int, rng) -> float:
+    ids = rng.integers(0, llm.n_vocab() - len(SPECIAL_TOKENS), n).tolist()
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(ids)
+    return time.perf_counter() - t0
+
+
+def _decode_once(llm, n: int, rng) -> float:
+    """Seconds per token decoding `n` tokens one at a time after a short prompt."""
+    ids = rng.integers(0, llm.n_vocab() - len(SPECIAL_TOKENS), 32 + n).tolist()
+    llm.reset()
+    llm.eval(ids[:32])
+    t0 = time.perf_counter()
+    for tok in ids[32:]:
+        llm.eval([tok])
+    return (time.perf_counter() - t0) / max(n, 1)
+
+
+def measure_many(paths: dict[str, Path], cfg, lengths: list[int], decode_tokens: int, *, repeats: int = 2,
+                 seed: int = 0) -> dict[str, Timing]:
+    """Like `measure` for several models held loaded together, the repeats interleaved
+    (model A, B, C, A, B, C...) so a burst of other work on the machine costs every model
+    alike; the best of the repeats is kept."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    gens = {k: _load(p, cfg) for k, p in paths.items()}
+    try:
+        pre = {k: {n: float("inf") for n in lengths} for k in gens}
+        dec = {k: float("inf") for k in gens}
+        for _ in range(repeats):
+            for k, g in gens.items():
+                for n in sorted(lengths):
+                    pre[k][n] = min(pre[k][n], _prefill_once(g.llm, n, rng))
+                dec[k] = min(dec[k], _decode_once(g.llm, decode_tokens, rng))
+    finally:
+        for g in gens.values():
+            _close(g)
+    return {k: Timing(prefill_s=pre[k], decode_s_per_token=dec[k], ubatch_prefill_s={cfg.n_ubatch: pre[k][max(lengths)]})
+            for k in gens}
+
+
 def measure(path: Path, cfg, lengths: list[int], decode_tokens: int, *, repeats: int = 2,
             ubatches: list[int] | None = None, seed: int = 0) -> Timing:
     """Time prefill at each prompt length and decode, loading `path` with generator
     settings `cfg` exactly as ragkit loads a model (`LlamaCppGenerator`)."""
     import numpy as np
 
-    rng = np.random.default_rng(seed)
-
-    def prefill(llm, n: int) -> float:
-        best = float("inf")
-        for _ in range(repeats):
-            ids = rng.integers(0, llm.n_vocab() - len(SPECIAL_TOKENS), n).tolist()
-            llm.reset()
-            t0 = time.perf_counter()
-            llm.eval(ids)
-            best = min(best, time.perf_counter() - t0)
-        return best
-
-    gen = _load(path, cfg)
-    llm = gen.llm
-    try:
-        pre = {n: prefill(llm, n) for n in sorted(lengths)}
-        # decode: one token at a time after a short prompt, as generation does
-        ids = rng.integers(0, llm.n_vocab() - len(SPECIAL_TOKENS), 32 + decode_tokens).tolist()
-        llm.reset()
-        llm.eval(ids[:32])
-        t0 = time.perf_counter()
-        for tok in ids[32:]:
-            llm.eval([tok])
-        dec = (time.perf_counter() - t0) / max(decode_tokens, 1)
-    finally:
-        _close(gen)
-    ub: dict[int, float] = {}
+    t = measure_many({"m": path}, cfg, lengths, decode_tokens, repeats=repeats, seed=seed)["m"]
+    rng = np.random.default_rng(seed + 1)
     for u in ubatches or []:
         if u == cfg.n_ubatch:
             continue
         g2 = _load(path, cfg.model_copy(update={"n_ubatch": u, "n_batch": max(cfg.n_batch, u)}))
         try:
-            ub[u] = prefill(g2.llm, max(lengths))
+            t.ubatch_prefill_s[u] = min(_prefill_once(g2.llm, max(lengths), rng) for _ in range(repeats))
         finally:
             _close(g2)
-    ub[cfg.n_ubatch] = pre[max(lengths)]
-    return Timing(prefill_s=pre, decode_s_per_token=dec, ubatch_prefill_s=dict(sorted(ub.items())))
+    t.ubatch_prefill_s = dict(sorted(t.ubatch_prefill_s.items()))
+    return t
 
 
 def _close(gen) -> None:
@@ -571,8 +589,8 @@ def simulate(settings: Settings, *, quant: str | None = None, shards: Path | Non
                     "ttft_extrapolated": [k for k, n in TYPICAL_PROMPTS.items() if n > max(lengths)],
                     "moe_layers": n_moe, "moe_share_of_prefill": round(proj.moe_layer_share, 3),
                     "model_bytes": estimate_bytes(dims, mix)},
-        measured={k: {"prefill_s": {str(p): round(v, 4) for p, v in t.prefill_s.items()},
-                      "decode_s_per_token": round(t.decode_s_per_token, 5),
+        measured={k: {"prefill_s": {str(p): round(v, 6) for p, v in t.prefill_s.items()},
+                      "decode_s_per_token": round(t.decode_s_per_token, 6),
                       "prefill_s_by_ubatch": {str(u): round(v, 4) for u, v in t.ubatch_prefill_s.items()}}
                   for k, t in timings.items()},
         recommendations=recs, skipped=skipped, seconds=round(time.perf_counter() - t_start, 1),
@@ -643,7 +661,7 @@ def validate(settings: Settings, out_dir: Path, *, dims: dict | None = None, mix
         if not p.exists():
             write_model(p, dims, mix, nd, nm)
         paths[k] = p
-    t = {k: measure(p, cfg, lengths, decode_tokens, repeats=repeats) for k, p in paths.items()}
+    t = measure_many(paths, cfg, lengths, decode_tokens, repeats=repeats)
     proj = project(t["base"], t["one_moe"], n_moe, {})
     whole_pre = {p: t["whole"].prefill_s[p] for p in lengths}
     proj_pre = {p: t["base"].prefill_s[p] + n_moe * max(t["one_moe"].prefill_s[p] - t["base"].prefill_s[p], 0.0)
