@@ -94,16 +94,30 @@ def ask(
     *,
     dry_run: bool = False,
     on_text: Callable[[str], None] | None = None,
+    context: str | None = None,
+    context_reserve: int = 0,
+    max_tokens: int | None = None,
+    generator=None,
 ) -> AskResult:
-    generator = None if dry_run else _load_checked(settings)
+    """Answer `question` from the documents (all, or those named in `docs`).
+
+    `on_text` receives the answer as it is generated; an exception it raises stops the
+    generation and propagates. `context` is earlier conversation (plain text) placed in
+    the prompt before the question, not searched with; `context_reserve` prompt tokens are
+    kept for it either way (see `ragkit.retrieve.retrieve`). `max_tokens` caps this
+    answer below `generator.max_tokens` (the prompt budget stays that of the settings, so
+    the cached prefix does not change). `generator`: an already loaded one to use."""
+    if generator is None and not dry_run:
+        generator = _load_checked(settings)
     t0 = time.perf_counter()
-    r = retrieve(question, settings, docs, generator=generator)
+    r = retrieve(question, settings, docs, generator=generator, context=context, context_reserve=context_reserve)
     result = AskResult.from_retrieval(r)
     if dry_run:
         return result
     if abstain_if_irrelevant(result, r, t0, on_text):
         return result
-    gen = generator.generate(r.prompt.ids, max_tokens=settings.generator.max_tokens, on_text=on_text)
+    limit = settings.generator.max_tokens if max_tokens is None else max(1, min(max_tokens, settings.generator.max_tokens))
+    gen = generator.generate(r.prompt.ids, max_tokens=limit, on_text=on_text)
     finish(result, gen, t0)
     return result
 

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -107,6 +107,20 @@ class CompareSettings(BaseModel):
     calibrate: bool = True
 
 
+class ServeSettings(BaseModel):
+    """`ragkit serve`: the OpenAI-compatible HTTP server."""
+
+    host: str = Field("127.0.0.1", description="address to bind; anything but loopback needs a token")
+    port: int = Field(8000, ge=0, le=65535)
+    token: SecretStr | None = Field(None, description="bearer token every route but GET /health requires (RAGKIT_SERVE__TOKEN)")
+    max_queue: int = Field(4, ge=0, description="requests that may wait for the generator; more get 429")
+    max_body_bytes: int = Field(1_000_000, ge=1024, description="largest request body on /v1/ routes (413 above)")
+    max_upload_mb: int = Field(50, ge=1, description="largest upload (MB); other routes than /v1/ take this much plus 1 MB")
+    history_tokens: int = Field(
+        256, ge=0, description="prompt tokens set aside for earlier chat turns, so follow-ups pack the same sources"
+    )
+
+
 # Profiles set generator defaults for a kind of machine. Values the user sets in
 # ragkit.toml or the environment win over the profile.
 PROFILES: dict[str, dict[str, Any]] = {
@@ -150,6 +164,7 @@ class Settings(BaseSettings):
     retrieve: RetrieveSettings = RetrieveSettings()
     generator: GeneratorSettings = GeneratorSettings()
     compare: CompareSettings = CompareSettings()
+    serve: ServeSettings = ServeSettings()
 
     @classmethod
     def settings_customise_sources(

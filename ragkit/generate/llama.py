@@ -148,17 +148,25 @@ class LlamaCppGenerator:
             seed=cfg.seed,
             stream=True,
         )
-        for chunk in stream:
-            choice = chunk["choices"][0]
-            piece = choice.get("text") or ""
-            if piece:
-                if not parts:
-                    out.ttft_s = time.perf_counter() - t0
-                parts.append(piece)
-                if on_text is not None:
-                    on_text(piece)
-            if choice.get("finish_reason"):
-                out.finish_reason = choice["finish_reason"]
+        try:
+            for chunk in stream:
+                choice = chunk["choices"][0]
+                piece = choice.get("text") or ""
+                if piece:
+                    if not parts:
+                        out.ttft_s = time.perf_counter() - t0
+                    parts.append(piece)
+                    if on_text is not None:
+                        on_text(piece)  # an exception here stops the generation
+                if choice.get("finish_reason"):
+                    out.finish_reason = choice["finish_reason"]
+        finally:
+            # stop decoding now, not when the suspended stream is garbage-collected: the
+            # KV cache then holds the prompt and the tokens so far, and the next call
+            # reuses its prefix as usual
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
         out.total_s = time.perf_counter() - t0
         if not parts:
             out.ttft_s = out.total_s

@@ -29,10 +29,16 @@ class Retrieval:
     timings: dict[str, float] = field(default_factory=dict)  # retrieve_s, prompt_s
 
 
-def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *, generator=None) -> Retrieval:
+def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *, generator=None,
+             context: str | None = None, context_reserve: int = 0) -> Retrieval:
     """Rank the sources for `question` (restricted to `docs` when named) and pack them into
     a prompt within the generator's budget. `generator` supplies the tokenizer and chat
-    template; without one, the configured generator is loaded for its vocabulary only."""
+    template; without one, the configured generator is loaded for its vocabulary only.
+
+    `context` (earlier turns of a conversation, plain text) goes into the prompt after the
+    sources and before the question; it is not searched with. `context_reserve` prompt
+    tokens are set aside for it whether or not it is given, so a first question and its
+    follow-ups pack the same sources (and share their KV-cached prefix)."""
     from ragkit.embed import load_embedder
     from ragkit.store import open_store
 
@@ -81,10 +87,12 @@ def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *
         # so every document is represented; and the answer is laid out per document
         cands = round_robin(cands)
         asked = f"{question}\n(Answer for each document in turn, naming it, then say how they differ.)"
-    prompt = builder.build(asked, cands[: max(rs.top_k, 1) * 4], whole=whole, doc_order=[d.doc_id for d in selected])
+    extra = {"context": context, "reserve": context_reserve}
+    prompt = builder.build(asked, cands[: max(rs.top_k, 1) * 4], whole=whole, doc_order=[d.doc_id for d in selected], **extra)
     if prompt.mode == "retrieved":
         # keep at most top_k sources: every token of prefill costs time
-        prompt = _limit(builder, asked, prompt, max(rs.top_k, len(selected)) if several else rs.top_k, each_doc=several)
+        prompt = _limit(builder, asked, prompt, max(rs.top_k, len(selected)) if several else rs.top_k, each_doc=several,
+                        **extra)
     if several:
         have = {c.doc_id for c in prompt.contexts}
         missing = [d.name for d in selected if d.doc_id not in have]
@@ -138,7 +146,8 @@ def round_robin(hits: list[Hit]) -> list[Hit]:
     return out
 
 
-def _limit(builder: PromptBuilder, question: str, prompt: Prompt, k: int, *, each_doc: bool = False) -> Prompt:
+def _limit(builder: PromptBuilder, question: str, prompt: Prompt, k: int, *, each_doc: bool = False,
+           context: str | None = None, reserve: int = 0) -> Prompt:
     if len(prompt.contexts) <= k:
         return prompt
     ranked = sorted(prompt.contexts, key=lambda c: -c.score)
@@ -152,4 +161,4 @@ def _limit(builder: PromptBuilder, question: str, prompt: Prompt, k: int, *, eac
         for c in best
     ]
     order = list(dict.fromkeys(c.doc_id for c in prompt.contexts))
-    return builder.build(question, hits, doc_order=order)
+    return builder.build(question, hits, doc_order=order, context=context, reserve=reserve)

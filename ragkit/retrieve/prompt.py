@@ -21,6 +21,14 @@ from ragkit.paths import read_prompt
 from ragkit.store import Hit
 
 _SYS = "\u2063RAGKIT_SYSTEM\u2063"
+# Earlier turns of a conversation (`build(..., context=...)`) go after the sources and
+# before the question, so the documents-first prefix stays byte-identical across turns.
+CONTEXT_HEAD = "\n\nEarlier in this conversation:\n"
+
+
+class BudgetExceeded(UsageError):
+    """The question (and earlier turns) alone leave no room for sources within n_ctx."""
+
 _USER = "\u2063RAGKIT_USER\u2063"
 
 
@@ -134,29 +142,45 @@ class PromptBuilder:
         body = self.block_tmpl.format(n=ctx.n, doc=ctx.doc, location=ctx.location(), text=ctx.text.strip())
         return body if first else "\n\n" + body
 
-    def fixed_segments(self, question: str) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
+    @staticmethod
+    def context_segment(context: str | None) -> list[tuple[str, bool]]:
+        """The earlier turns as one plain-text segment (none when there are none)."""
+        return [(CONTEXT_HEAD + context.strip(), False)] if context and context.strip() else []
+
+    def context_tokens(self, context: str | None) -> int:
+        return sum(len(self._tok(t, s)) for t, s in self.context_segment(context))
+
+    def fixed_segments(self, question: str, context: str | None = None) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
         head = [(self.pre, True), (self.system, False), (self.mid, True), (self.user_head, False)]
-        tail = [(self.user_mid, False), (question.strip(), False), (self.user_tail, False), (self.post, True)]
+        tail = self.context_segment(context) + [
+            (self.user_mid, False), (question.strip(), False), (self.user_tail, False), (self.post, True)]
         return head, tail
 
-    def budget_for(self, question: str) -> int:
-        head, tail = self.fixed_segments(question)
+    def budget_for(self, question: str, context: str | None = None, reserve: int = 0) -> int:
+        """Tokens left for sources. `reserve` tokens are set aside for `context` whether or
+        not it is given (or shorter), so a first question and its follow-ups pack the same
+        sources; a longer context takes what it needs."""
+        head, tail = self.fixed_segments(question, context)
         fixed = sum(len(self._tok(t, s, add_bos=(i == 0))) for i, (t, s) in enumerate(head))
         fixed += sum(len(self._tok(t, s)) for t, s in tail)
-        return self.n_ctx - self.max_tokens - fixed
+        return self.n_ctx - self.max_tokens - fixed - max(0, reserve - self.context_tokens(context))
 
     # ------------------------------------------------------------ build
 
-    def build(self, question: str, candidates: list[Hit], *, whole: list[Hit] | None = None, doc_order: list[str] | None = None) -> Prompt:
+    def build(self, question: str, candidates: list[Hit], *, whole: list[Hit] | None = None, doc_order: list[str] | None = None,
+              context: str | None = None, reserve: int = 0) -> Prompt:
         """Pack sources into the budget. `candidates` are ranked best first. `whole`, when
         given, is every chunk of the selected documents in document order: if all of it
-        fits, it goes in whole (stable prefix), else the best candidates are packed."""
+        fits, it goes in whole (stable prefix), else the best candidates are packed.
+        `context` (earlier turns of a conversation) goes after the sources, before the
+        question; `reserve` tokens are kept for it (see `budget_for`)."""
         if not question.strip():
             raise UsageError("the question is empty")
-        budget = self.budget_for(question)
+        budget = self.budget_for(question, context, reserve)
         if budget <= 0:
-            raise UsageError(
-                f"the question and prompt template alone need {self.n_ctx - self.max_tokens - budget} tokens, "
+            what = "the question, earlier turns and prompt template" if context and context.strip() else "the question and prompt template"
+            raise BudgetExceeded(
+                f"{what} alone need {self.n_ctx - self.max_tokens - budget} tokens, "
                 f"over n_ctx {self.n_ctx} - max_tokens {self.max_tokens}",
                 hint="shorten the question or raise generator.n_ctx",
             )
@@ -210,7 +234,7 @@ class PromptBuilder:
         while True:
             for i, c in enumerate(chosen, 1):
                 c.n = i
-            prompt = self._assemble(question, chosen, budget, mode, dropped)
+            prompt = self._assemble(question, chosen, budget, mode, dropped, context)
             if len(prompt.ids) + self.max_tokens <= self.n_ctx or not chosen:
                 return prompt
             # never expected (costs are upper bounds), but never send an over-budget prompt
@@ -236,12 +260,14 @@ class PromptBuilder:
         c.text = " ".join(words[:best]) + " …"
         return c
 
-    def _assemble(self, question: str, contexts: list[Context], budget: int, mode: str, dropped: int) -> Prompt:
-        head, tail = self.fixed_segments(question)
+    def _assemble(self, question: str, contexts: list[Context], budget: int, mode: str, dropped: int,
+                  context: str | None = None) -> Prompt:
+        head, tail = self.fixed_segments(question, context)
         segments = list(head)
         for i, c in enumerate(contexts):
             segments.append((self.block_text(c, i == 0), False))
-        prefix_segments = len(segments) + 1  # + user_mid: the question starts after it
+        # + user_mid: the question starts after it; earlier turns, when given, come first
+        prefix_segments = len(segments) + (0 if self.context_segment(context) else 1)
         segments.extend(tail)
         ids: list[int] = []
         prefix_tokens = 0

@@ -8,6 +8,10 @@ from ragkit.errors import UsageError
 from ragkit.store import DocRecord, Hit
 
 
+class UnknownDocument(UsageError):
+    """A named document matches nothing in the store."""
+
+
 def resolve_docs(records: list[DocRecord], wanted: list[str]) -> list[DocRecord]:
     """Match each --doc (a path, a file name, or a name without extension) to one document."""
     if not wanted:
@@ -25,7 +29,7 @@ def resolve_docs(records: list[DocRecord], wanted: list[str]) -> list[DocRecord]
             matches = [r for r in records if Path(r.name).stem.lower() == wl]
         if not matches:
             names = ", ".join(sorted({r.name for r in records})[:12]) or "(the store is empty)"
-            raise UsageError(f"no ingested document matches --doc {w!r}", hint=f"ingested: {names}")
+            raise UnknownDocument(f"no ingested document matches --doc {w!r}", hint=f"ingested: {names}")
         if len(matches) > 1:
             raise UsageError(
                 f"--doc {w!r} matches {len(matches)} documents ({', '.join(m.key for m in matches[:4])})",
