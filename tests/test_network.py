@@ -91,6 +91,28 @@ def _check_sockaddr(family: str, body: str) -> tuple[str | None, str | None]:
     return f"socket family {family}", None
 
 
+def join_unfinished(trace: str) -> str:
+    """One line per call: strace -f splits a call that another thread interrupts into
+    "PID call(args <unfinished ...>" and "PID <... call resumed>rest"; joined here, so
+    that a send on a connected socket (asyncio's self-pipe: `sendto(fd, "\\0", 1, 0, NULL,
+    0`) is read whole instead of as an address strace could not read."""
+    out: list[str | None] = []
+    pending: dict[str, int] = {}
+    for line in trace.splitlines():
+        m = re.match(r"^(\d+)\s+(.*) <unfinished \.\.\.>$", line)
+        if m:
+            pending[m.group(1)] = len(out)
+            out.append(line[: -len(" <unfinished ...>")])
+            continue
+        r = re.match(r"^(\d+)\s+<\.\.\. \w+ resumed>(.*)$", line)
+        if r and r.group(1) in pending:
+            i = pending.pop(r.group(1))
+            out[i] = out[i] + r.group(2)
+            continue
+        out.append(line)
+    return "\n".join(x for x in out if x is not None)
+
+
 def offending_lines(trace: str) -> list[tuple[str, str]]:
     """(line, why) for every traced call in an `strace -f` log that reaches anything but
     loopback, AF_UNIX or AF_NETLINK. Fails closed: an address it cannot read is flagged."""
@@ -126,7 +148,9 @@ def offending_lines(trace: str) -> list[tuple[str, str]]:
             continue
         no_address = {
             "connect": False,
-            "sendto": bool(re.search(r",\s*NULL,\s*0\)", args)),  # sendto on a connected socket
+            # sendto on a connected socket; its ")" is on the resumed line when another
+            # thread interrupted the call ("NULL, 0 <unfinished ...>")
+            "sendto": bool(re.search(r",\s*NULL,\s*0(\)|\s*<unfinished \.\.\.>)", args)),
             "sendmsg": "msg_name=" not in args or "msg_name=NULL" in args,
             "sendmmsg": not re.search(r"msg_name=(?!NULL)", args),
         }[call]
@@ -171,6 +195,9 @@ def test_the_parser_flags_what_leaves_the_machine_and_nothing_else():
         '4242  connect(12, {sa_family=AF_UNIX, sun_path="/var/run/nscd/socket"}, 110) = -1 ENOENT (No such file or directory)',
         '4251  connect(12, {sa_family=AF_UNIX, sun_path="/var/run/nscd/socket"}, 110 <unfinished ...>',
         '4251  <... connect resumed>)            = -1 ECONNREFUSED (Connection refused)',
+        # a send on a connected socket that another thread interrupted (asyncio's self-pipe)
+        '4260  sendto(20, "\\0", 1, 0, NULL, 0 <unfinished ...>',
+        '4260  <... sendto resumed>)            = 1',
         '4242  execve("/usr/bin/python3", ["python3"], 0x7ffd1f0 /* 3 vars */) = 0',
         '4242  +++ exited with 0 +++',
     ]
