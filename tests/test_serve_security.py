@@ -50,7 +50,10 @@ def test_non_loopback_bind_needs_a_token(host):
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.3.2.1", "::1", "[::1]", "localhost"])
 def test_loopback_bind_needs_no_token(host):
-    check_bind(host, None)
+    from ragkit.serve.app import is_loopback_host
+
+    assert is_loopback_host(host.strip("[]"))
+    check_bind(host, None)  # raises UsageError when it refuses
 
 
 def test_an_empty_token_is_refused():
@@ -362,7 +365,7 @@ def test_join_unfinished_reads_split_calls_whole():
 def test_the_server_reaches_nothing_but_loopback(nda_store, tmp_path):
     """`ragkit serve` under strace -f (threads, native code): answering a question sends
     nothing off loopback and looks up no name (tests/test_network.py's parser)."""
-    from test_network import TRACED, _strace_cmd, offending_lines
+    from test_network import TRACED, _strace_cmd, join_unfinished, offending_lines
 
     cmd = _strace_cmd(tmp_path / "probe.log")
     if cmd is None:

@@ -260,28 +260,17 @@ def bpe_vocab(n_vocab: int) -> tuple[list[str], list[str]]:
     return tokens[:n_bpe] + SPECIAL_TOKENS, merges
 
 
-def write_model(path: Path, dims: dict, mix: dict[str, str], n_dense: int, n_moe: int, *, seed: int = 0,
-                on_progress: Callable[[int, int], None] | None = None) -> Path:
-    """Write a random-weight deepseek2 GGUF with `n_dense` dense and `n_moe` MoE layers,
-    streamed tensor by tensor (memory: the largest tensor, not the file)."""
+def add_deepseek2_metadata(w, d: dict, n_dense: int, n_layer: int) -> None:
+    """The architecture keys llama.cpp's convert_hf_to_gguf.py writes for Kimi K2 /
+    DeepSeek V3 (GGUF arch `deepseek2`), from a dims dict shaped like KIMI_K2."""
     import gguf
-    import numpy as np
 
-    specs = model_tensors(dims, mix, n_dense, n_moe)
-    total = sum(tensor_bytes(s) if s.type not in ("F32", "F16", "BF16") else s.n_elements * (4 if s.type == "F32" else 2)
-                for s in specs)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".partial")
-    d = dims
-    w = gguf.GGUFWriter(tmp, "deepseek2")
-    w.add_name("ragkit doctor --simulate slice (random weights, Kimi K2 layout)")
-    w.add_block_count(n_dense + n_moe)
+    w.add_block_count(n_layer)
     w.add_context_length(int(d["yarn_orig_ctx"] * d["yarn_factor"]))
     w.add_embedding_length(d["n_embd"])
     w.add_feed_forward_length(d["n_ff"])
     w.add_head_count(d["n_head"])
-    w.add_head_count_kv(1)
+    w.add_head_count_kv(1)  # MLA is stored as MQA over the latent
     w.add_rope_freq_base(d["rope_theta"])
     w.add_layer_norm_rms_eps(d["rms_eps"])
     w.add_expert_count(d["n_expert"])
@@ -307,7 +296,26 @@ def write_model(path: Path, dims: dict, mix: dict[str, str], n_dense: int, n_moe
     w.add_expert_weights_scale(d["routed_scaling_factor"])
     w.add_expert_weights_norm(True)
     w.add_rope_dimension_count(d["qk_rope"])
-    w.add_rope_scaling_yarn_log_mul(0.1)
+    w.add_rope_scaling_yarn_log_mul(0.1)  # 0.1 * mscale_all_dim (1.0), as the converter does
+
+
+def write_model(path: Path, dims: dict, mix: dict[str, str], n_dense: int, n_moe: int, *, seed: int = 0,
+                on_progress: Callable[[int, int], None] | None = None) -> Path:
+    """Write a random-weight deepseek2 GGUF with `n_dense` dense and `n_moe` MoE layers,
+    streamed tensor by tensor (memory: the largest tensor, not the file)."""
+    import gguf
+    import numpy as np
+
+    specs = model_tensors(dims, mix, n_dense, n_moe)
+    total = sum(tensor_bytes(s) if s.type not in ("F32", "F16", "BF16") else s.n_elements * (4 if s.type == "F32" else 2)
+                for s in specs)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".partial")
+    d = dims
+    w = gguf.GGUFWriter(tmp, "deepseek2")
+    w.add_name("ragkit doctor --simulate slice (random weights, Kimi K2 layout)")
+    add_deepseek2_metadata(w, d, n_dense, n_dense + n_moe)
     w.add_file_type(gguf.LlamaFileType.GUESSED)
     tokens, merges = bpe_vocab(d["n_vocab"])
     w.add_tokenizer_model("gpt2")
