@@ -57,7 +57,7 @@ def clean_reference(tmp_path_factory):
 _COMMITTED = re.compile(r"^\s+(added|updated)\s+\S")  # the CLI's per-file line, printed after the commit
 
 
-def _kill_trial(tmp_path: Path, seed: int, ref: dict) -> tuple[dict, str]:
+def _kill_trial(tmp_path: Path, seed: int, ref: dict) -> tuple[dict, str, int]:
     """Run `ragkit ingest` in a child and kill -9 it between its first and its last commit.
 
     The kill point comes from the child's own progress: after its k-th committed
@@ -117,7 +117,7 @@ def _kill_trial(tmp_path: Path, seed: int, ref: dict) -> tuple[dict, str]:
     assert report.failed == [], where
     assert report.added == n - len(recs) and report.unchanged == len(recs), (where, report.to_json())
     print(where)
-    return snapshot(settings), where
+    return snapshot(settings), where, len(recs)
 
 
 def _check_equal(snap: dict, ref: dict, where: str) -> None:
@@ -129,7 +129,8 @@ def _check_equal(snap: dict, ref: dict, where: str) -> None:
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_kill_9_mid_ingest_then_rerun_equals_a_clean_ingest(tmp_path, clean_reference, seed):
-    snap, where = _kill_trial(tmp_path, seed, clean_reference)
+    snap, where, committed = _kill_trial(tmp_path, seed, clean_reference)
+    assert 1 <= committed < len(clean_reference["docs"]), where  # it died mid-ingest
     _check_equal(snap, clean_reference, where)
 
 
@@ -139,7 +140,7 @@ def test_kill_9_twenty_trials(tmp_path, clean_reference):
     for seed in range(100, 120):
         trial = tmp_path / f"t{seed}"
         trial.mkdir()
-        snap, where = _kill_trial(trial, seed, clean_reference)
+        snap, where, _committed = _kill_trial(trial, seed, clean_reference)
         _check_equal(snap, clean_reference, where)
         survived += 1
     print(f"kill -9 trials survived: {survived}/20")

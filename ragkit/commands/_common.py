@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
@@ -49,3 +50,15 @@ def _fail(exc: RagkitError, as_json: bool) -> None:
 def _print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
     sys.stdout.flush()
+
+
+@contextmanager
+def command_errors(as_json: bool, interrupted: str = "interrupted"):
+    """A command's body: a ragkit error becomes its message and exit code, Ctrl-C exit 130."""
+    try:
+        yield
+    except RagkitError as exc:
+        _fail(exc, as_json)
+    except KeyboardInterrupt:
+        err.print(interrupted)
+        raise typer.Exit(130)

@@ -8,8 +8,7 @@ from typing import Optional
 
 import typer
 
-from ragkit.commands._common import INFERRED_NOTE, JsonOpt, ProfileOpt, StoreOpt, _fail, _print_json, _settings, err, out
-from ragkit.errors import RagkitError
+from ragkit.commands._common import INFERRED_NOTE, JsonOpt, ProfileOpt, StoreOpt, _print_json, command_errors, _settings, err, out
 
 
 def register(app: typer.Typer) -> None:
@@ -26,7 +25,7 @@ def register(app: typer.Typer) -> None:
         from ragkit.ask import ask as run_ask
         from ragkit.retrieve.prompt import format_location
 
-        try:
+        with command_errors(as_json):
             settings = _settings(store, profile)
             streamed = []
 
@@ -37,12 +36,6 @@ def register(app: typer.Typer) -> None:
                     sys.stdout.flush()
 
             result = run_ask(question, settings, doc, dry_run=dry_run, on_text=on_text)
-        except RagkitError as exc:
-            _fail(exc, as_json)
-            return
-        except KeyboardInterrupt:
-            err.print("interrupted")
-            raise typer.Exit(130)
         if dry_run:
             if as_json:
                 _print_json(result.dry_run_json())

@@ -44,12 +44,11 @@ def register(app: typer.Typer) -> None:
         """Answer questions one after another (stdin, one a line; /exit ends), keeping the model and its
         KV cache loaded, so follow-ups on the same documents skip the prefill of the documents."""
         from ragkit.chat import ChatSession
-        from ragkit.commands._common import INFERRED_NOTE, _fail, _settings, err, out
-        from ragkit.errors import RagkitError
+        from ragkit.commands._common import INFERRED_NOTE, _settings, command_errors, err, out
         from ragkit.retrieve.prompt import format_location
 
         interactive = questions is None and sys.stdin.isatty()
-        try:
+        with command_errors(as_json):
             settings = _settings(store, profile)
             session = ChatSession(settings, doc, state_dir=state_dir)
             if interactive:
@@ -78,9 +77,3 @@ def register(app: typer.Typer) -> None:
                     highlight=False,
                 )
                 sys.stdout.write("\n")
-        except RagkitError as exc:
-            _fail(exc, as_json)
-            return
-        except KeyboardInterrupt:
-            err.print("interrupted")
-            raise typer.Exit(130)

@@ -7,8 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from ragkit.commands._common import JsonOpt, StoreOpt, _fail, _print_json, _settings, err
-from ragkit.errors import RagkitError
+from ragkit.commands._common import JsonOpt, StoreOpt, _print_json, _settings, command_errors, err
 
 
 def register(app: typer.Typer) -> None:
@@ -25,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
         from ragkit.ingest import ingest as run_ingest
 
-        try:
+        with command_errors(as_json, "interrupted: the store is consistent; run the same command again to finish"):
             settings = _settings(store)
             progress = Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -58,12 +57,6 @@ def register(app: typer.Typer) -> None:
 
             with progress:
                 report = run_ingest(list(paths), settings, prune=prune, wait_s=wait, on_event=on_event)
-        except RagkitError as exc:
-            _fail(exc, as_json)
-            return
-        except KeyboardInterrupt:
-            err.print("interrupted: the store is consistent; run the same command again to finish")
-            raise typer.Exit(130)
         if as_json:
             _print_json(report.to_json())
         else:
