@@ -17,6 +17,7 @@ from ragkit.config import Settings
 from ragkit.generate import Choice, Generation, load_generator
 from ragkit.retrieve import Retrieval, retrieve
 from ragkit.retrieve.citations import Citation, extract, is_abstention
+from ragkit.retrieve.claims import Claim
 from ragkit.retrieve.prompt import Prompt
 
 ABSTAIN_TEXT = "The documents do not say."
@@ -34,6 +35,8 @@ class AskResult:
     generation: Generation | None = None
     timings: dict[str, float] = field(default_factory=dict)
     choice: Choice | None = None  # set by ask_choice
+    claims: list[Claim] = field(default_factory=list)  # the answer's claims, each tied to its source sentence(s)
+    unsupported_answer: str | None = None  # the generated answer when no claim of it was supported (then abstained)
 
     @classmethod
     def from_retrieval(cls, r: Retrieval) -> "AskResult":
@@ -45,8 +48,10 @@ class AskResult:
             "answer": self.answer,
             "citations": [c.to_json() for c in self.citations],
             "invalid_citations": self.invalid_citations,
+            "claims": [c.to_json() for c in self.claims],
             "abstained": self.abstained,
             "abstain_reason": self.abstain_reason,
+            "unsupported_answer": self.unsupported_answer,
             "usage": {
                 "prompt_tokens": len(self.prompt.ids),
                 "completion_tokens": g.completion_tokens,
@@ -118,7 +123,7 @@ def ask(
         return result
     limit = settings.generator.max_tokens if max_tokens is None else max(1, min(max_tokens, settings.generator.max_tokens))
     gen = generator.generate(r.prompt.ids, max_tokens=limit, on_text=on_text)
-    finish(result, gen, t0)
+    finish(result, gen, t0, settings)
     return result
 
 
@@ -137,15 +142,37 @@ def abstain_if_irrelevant(result: AskResult, r: Retrieval, t0: float, on_text: C
     return True
 
 
-def finish(result: AskResult, gen: Generation, t0: float) -> None:
-    """Fill a result from a generation: answer, checked citations, abstention, timings."""
+def finish(result: AskResult, gen: Generation, t0: float, settings: Settings | None = None) -> None:
+    """Fill a result from a generation: answer, checked citations, claims tied to source
+    sentences (with `settings`: the store's embedder reads them), abstention, timings."""
     result.generation = gen
     result.answer = gen.text.strip()
     result.citations, result.invalid_citations = extract(result.answer, result.prompt.contexts)
     result.abstained = is_abstention(result.answer)
     result.timings["generate_s"] = gen.total_s
     result.timings["ttft_s"] = gen.ttft_s
+    if settings is not None and not result.abstained:
+        t1 = time.perf_counter()
+        attach_claims(result, settings)
+        result.timings["claims_s"] = time.perf_counter() - t1
     result.timings["total_s"] = time.perf_counter() - t0
+
+
+def attach_claims(result: AskResult, settings: Settings) -> None:
+    """Split the answer into claims and tie each to the source sentence that supports it
+    (`ragkit.retrieve.claims`). When the answer makes claims and none is supported by any
+    source sentence (and `retrieve.abstain_unsupported`), the answer is replaced by "The
+    documents do not say." and kept in `unsupported_answer`: a small model asked about
+    something the documents lack writes a plausible clause instead of abstaining."""
+    from ragkit.embed import load_embedder
+    from ragkit.retrieve.claims import attribute
+
+    result.claims = attribute(result.answer, result.prompt.contexts, load_embedder(settings), question=result.question)
+    if settings.retrieve.abstain_unsupported and result.claims and not any(c.supported for c in result.claims):
+        result.unsupported_answer = result.answer
+        result.answer = ABSTAIN_TEXT
+        result.abstained = True
+        result.abstain_reason = f"no claim of the answer is supported by a source sentence ({len(result.claims)} checked)"
 
 
 def match_option(text: str, options: list[str]) -> str | None:

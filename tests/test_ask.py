@@ -88,7 +88,7 @@ def test_cli_docs_and_ingest_json(nda_store, tmp_path):
     res = runner.invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s"), "--json"])
     assert res.exit_code == 1
     out = json.loads(res.stdout)
-    assert out == {"added": 0, "updated": 0, "unchanged": 0, "failed": [{"path": str(bad), "error": out["failed"][0]["error"]}], "chunks": 0, "removed": 0}
+    assert out == {"added": 0, "updated": 0, "unchanged": 0, "failed": [{"path": str(bad), "error": out["failed"][0]["error"]}], "chunks": 0, "removed": 0, "chunks_embedded": 0, "chunks_from_cache": 0}
     assert "PDF" in out["failed"][0]["error"]
 
     res = runner.invoke(app, ["ask", "x?", "--store", str(tmp_path / "none")])
@@ -98,17 +98,25 @@ def test_cli_docs_and_ingest_json(nda_store, tmp_path):
 def test_a_question_the_documents_cannot_answer_is_abstained(nda_store):
     r = ask("What is the capital of France?", nda_store)
     assert r.abstained and r.answer == "The documents do not say."
-    assert r.citations == [] and "best similarity" in r.abstain_reason
-    assert r.prompt.best_similarity < nda_store.retrieve.abstain_below
+    # the gate is calibrated on the store (ragkit.retrieve.abstain): the best score is read
+    # against what the same documents score for questions about nothing in them
+    assert r.citations == [] and "sd above unrelated questions" in r.abstain_reason
+    assert r.generation.completion_tokens == 0  # abstained without generating
     r2 = ask("What is the purchase price of the shares?", nda_store, docs=["ai-osi-stack-mutual-nda"])
-    assert r2.abstained
+    assert r2.abstained and r2.answer == "The documents do not say."
     # an answerable question passes the gate and reaches the model
-    r3 = ask("Which law governs the agreement?", nda_store, docs=["cnli_dev_019.pdf"], dry_run=True)
-    assert r3.prompt.best_similarity >= nda_store.retrieve.abstain_below
+    from ragkit.retrieve import retrieve
+
+    r3 = retrieve("Which law governs the agreement?", nda_store, docs=["cnli_dev_019.pdf"])
+    assert r3.abstain_reason is None
     res = runner.invoke(app, ["ask", "Who won the 2018 World Cup?", "--store", str(nda_store.store), "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert out["abstained"] is True and out["citations"] == [] and out["usage"]["completion_tokens"] == 0
+    # over the whole store this one passes the retrieval gate (MiniLM: best 0.297, 4.5 sd
+    # above the probes; the old 0.30 cosine gate stopped it by 0.003), so it reaches the
+    # model; it must still come back abstained, citing nothing
+    assert out["abstained"] is True and out["citations"] == [], out
+    assert "the documents do not say" in out["answer"].lower() and not any(c["supported"] for c in out["claims"])
 
 
 def test_several_named_documents_are_each_represented_and_answered_per_document(nda_store):
@@ -119,6 +127,6 @@ def test_several_named_documents_are_each_represented_and_answered_per_document(
     assert {c.doc for c in r.prompt.contexts} == set(docs)
     assert "Answer for each document in turn" in r.prompt.text
     # too small a window for three documents: an error naming what is missing, not an omission
-    tight = make_settings(nda_store.store, n_ctx=640, max_tokens=96)
+    tight = make_settings(nda_store.store, n_ctx=512, max_tokens=96)
     with pytest.raises(UsageError, match="could not be represented"):
         ask("How long do the confidentiality obligations survive?", tight, docs=docs, dry_run=True)

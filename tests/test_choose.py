@@ -60,7 +60,7 @@ def test_choose_matches_llama_cpp_per_position_logits(gen):
     # "Yes" and "Yes, three years" share their first token: the second is scored token by token
     options = ["Yes", "No", "Not mentioned", "Yes, three years"]
     assert gen.tokenize("Yes, three years", special=False)[0] == gen.tokenize("Yes", special=False)[0]
-    ch = gen.choose(ids, options)
+    ch = gen.choose(ids, options, score="sum")  # the reference is the options' whole probability
     ref = _reference(gen, ids, options)
     assert set(ch.logprobs) == set(options)
     assert math.isclose(sum(math.exp(v) for v in ch.logprobs.values()), 1.0, rel_tol=1e-6)
@@ -142,3 +142,120 @@ def test_ask_choice_reads_the_option_from_text_when_the_engine_gives_no_scores(n
                            ["bonterms-mutual-nda-v1.pdf"])
     assert r.answer == "No" and r.choice.scored is False and fake.asked == [8]
     assert r.choice.logprobs["No"] == 0.0 and r.choice.logprobs["Yes"] == float("-inf")
+
+
+# ------------------------------------------------------------ option scoring rules
+
+HEADINGS = "The headings in this Agreement are for convenience only and do not affect its interpretation."
+OFF_TOPIC = ["Yes", "No", "The clause does not address this"]
+
+
+def _options_ids(gen, clause: str, question: str, options: list[str]) -> list[int]:
+    ids = gen.tokenize("<|im_start|>system\nAnswer with exactly one of the options, nothing else.<|im_end|>\n<|im_start|>user\n", special=True)
+    ids += gen.tokenize(f"Clause: {clause}\n\nQuestion: {question}\nOptions: {' | '.join(options)}", special=False)
+    ids += gen.tokenize("<|im_end|>\n<|im_start|>assistant\n", special=True)
+    return ids
+
+
+def test_the_sum_picks_the_short_option_on_an_off_topic_clause_and_the_mean_does_not(gen):
+    """The length bias on the real model: a clause about headings says nothing of backup
+    copies. The old rule (sum of the option's token log-probabilities) charges the
+    six-token answer for every token and picks the one-token "No"; the mean per token
+    (the default now) picks the answer the clause supports."""
+    ids = _options_ids(gen, HEADINGS, "May the recipient keep backup copies?", OFF_TOPIC)
+    old = gen.choose(ids, OFF_TOPIC, score="sum")
+    new = gen.choose(ids, OFF_TOPIC)
+    assert new.score == "mean" and len(new.token_logprobs[OFF_TOPIC[2]]) == 6
+    assert old.option == "No"
+    assert new.option == OFF_TOPIC[2]
+    # the same per-token log-probabilities under both rules: only the arithmetic differs
+    for o in OFF_TOPIC:
+        assert new.token_logprobs[o] == pytest.approx(old.token_logprobs[o], abs=0.05)
+        assert old.logprobs[o] - new.logprobs[o] == pytest.approx(
+            sum(old.token_logprobs[o]) - sum(new.token_logprobs[o]) / len(new.token_logprobs[o]) - (
+                math.log(sum(math.exp(sum(v)) for v in old.token_logprobs.values()))
+                - math.log(sum(math.exp(sum(v) / len(v)) for v in new.token_logprobs.values()))), abs=0.06)
+
+
+def test_option_scores_rules_and_bad_rule(gen):
+    from ragkit.generate.base import option_scores
+
+    ids = _chat_ids(gen, "Is the survival period three (3) years? Answer Yes, No or Not mentioned.")
+    ch = gen.choose(ids, ["Yes", "No", "Not mentioned"], score="first")
+    toks = ch.token_logprobs
+    assert len(toks["Not mentioned"]) == 2 and all(len(toks[o]) == 1 for o in ("Yes", "No"))
+    for rule in ("mean", "sum", "first"):
+        lp = option_scores(toks, rule)
+        assert math.isclose(sum(math.exp(v) for v in lp.values()), 1.0, rel_tol=1e-9)
+    # "first" ignores the second token of "Not mentioned"; "mean" halves the option's sum
+    assert ch.logprobs == option_scores({o: v[:1] for o, v in toks.items()}, "sum")
+    assert option_scores(toks, "mean") == option_scores({"Yes": toks["Yes"], "No": toks["No"],
+                                                         "Not mentioned": [sum(toks["Not mentioned"]) / 2]}, "sum")
+    with pytest.raises(ValueError, match="unknown option score"):
+        gen.choose(ids, ["Yes", "No"], score="median")
+
+
+# ------------------------------------------------------------ choose over an OpenAI-compatible engine
+
+@pytest.fixture(scope="module")
+def scoring_server(tmp_path_factory):
+    """The real `python -m llama_cpp.server` on loopback, serving the same GGUF, started
+    with logits for every position (what its completions need for log-probabilities)."""
+    from tests.test_openai_backend import Server
+
+    srv = Server(tmp_path_factory.mktemp("llama-server-logprobs") / "server.log", logits_all=True)
+    yield srv
+    srv.stop()
+
+
+TOLERANCE = 0.05  # nats
+
+
+def test_choose_over_the_server_agrees_with_the_in_process_engine(gen, scoring_server, tmp_path):
+    """Same model, same prompts: the option scored over /v1/completions (top
+    log-probabilities, one request per distinct prefix) is the in-process option, and
+    every token's log-probability agrees within TOLERANCE (both are llama.cpp on the same
+    weights: equal to 1e-6 from a cold cache, measured; with a prefix already cached,
+    either side evaluates its last tokens in a smaller batch, and ggml's kernels then
+    round up to 0.05 nats differently, as test_choose_leaves_the_prompt_in_the_cache
+    shows in process)."""
+    from ragkit.generate.openai_compat import OpenAICompatGenerator
+    from tests.test_openai_backend import remote_settings
+
+    remote = OpenAICompatGenerator(remote_settings(scoring_server.url, tmp_path / "store"))
+    prompts = [
+        (_chat_ids(gen, "Do the obligations survive termination? Answer Yes, No or Not mentioned."), ["Yes", "No", "Not mentioned"]),
+        (_chat_ids(gen, "Is the survival period ten (10) years? Answer Yes, No or Not mentioned."), ["Yes", "No", "Not mentioned"]),
+        (_options_ids(gen, HEADINGS, "May the recipient keep backup copies?", OFF_TOPIC), OFF_TOPIC),
+    ]
+    for ids, options in prompts:
+        here = gen.choose(ids, options)
+        there = remote.choose(ids, options)
+        assert there.scored and there.note is None
+        assert there.option == here.option
+        for o in options:
+            assert there.token_logprobs[o] == pytest.approx(here.token_logprobs[o], abs=TOLERANCE), o
+            assert there.logprobs[o] == pytest.approx(here.logprobs[o], abs=TOLERANCE), o
+    assert remote.no_logprobs is None and remote.mode == "text"  # llama_cpp.server takes text prompts
+
+
+def test_choose_over_a_server_without_logprobs_falls_back_and_says_so(tmp_path):
+    """llama_cpp.server started without logits_all refuses log-probabilities: choose reads
+    the option from an eight-token answer, marks it unscored with the reason, and does
+    not ask for log-probabilities again."""
+    from ragkit.generate.openai_compat import OpenAICompatGenerator
+    from tests.test_openai_backend import Server, remote_settings
+
+    srv = Server(tmp_path / "server.log", logits_all=False)
+    try:
+        remote = OpenAICompatGenerator(remote_settings(srv.url, tmp_path / "store"))
+        ids = _chat_ids(remote, "Do the obligations survive termination? Answer Yes, No or Not mentioned.")
+        ch = remote.choose(ids, ["Yes", "No", "Not mentioned"])
+        assert not ch.scored and ch.token_logprobs == {}
+        assert "no log-probabilities" in ch.note and "logits_all" in ch.note
+        assert ch.option in ("Yes", "No", "Not mentioned", "")
+        sent = remote.attempts
+        remote.choose(ids, ["Yes", "No"])
+        assert remote.attempts == sent + 1  # one generation, no second log-probability request
+    finally:
+        srv.stop()

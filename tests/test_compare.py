@@ -146,7 +146,12 @@ def test_compare_two_templates_quotes_the_right_clauses(nda_store):
         # the question asks for the law and the courts: either sentence of the clause answers it
         assert ("Governing Law" in law.quote or "jurisdiction" in law.quote) and "Governing Law" in (law.section or "")
         for f in (keep, indep):
-            assert f.label in YES_NO and 0 < f.confidence <= 1
+            # a Yes/No label comes with its probability; two quotes that say the same and
+            # still split the model are shown as Uncertain (tests/test_checklist_labels.py)
+            assert f.label in YES_NO + ["Uncertain"]
+            # (a Yes can be shown under 50%: a No needs compare.no_min_confidence)
+            assert (f.confidence is None) == (f.label == "Uncertain") and (f.confidence is None or 0 < f.confidence <= 1)
+            assert f.evidence["support"] >= nda_store.compare.on_point_support  # on point: the model chose Yes or No
             assert f.prompt_tokens < 300  # clause mode: the label is scored on the quote alone
     # the term clauses differ in wording, and the difference names it
     assert "Term of Confidentiality" in rows["term"].difference or "words it differently" in rows["term"].difference
@@ -160,4 +165,19 @@ def test_document_mode_scores_labels_on_the_shared_document_prefix(nda_store):
     c = compare(doc, s, items=["nda-20", "nda-12"])
     first, second = (c.rows[i].findings[doc[0]] for i in range(2))
     assert first.prompt_tokens > 1500 and second.cached_tokens >= 0.9 * first.prompt_tokens  # one cached prefix
-    assert second.label in YES_NO and second.confidence is not None
+    assert second.label in YES_NO and (second.confidence is not None or second.label == "Not mentioned")
+
+
+def test_compare_flags_figures_with_the_shared_claims_check():
+    """One mechanism for ask, chat, compare and serve: compare's figure check is
+    ragkit.retrieve.claims.unsupported_figures (a month the document never names is
+    flagged, as in ask)."""
+    from types import SimpleNamespace as C
+
+    from ragkit.retrieve.claims import unsupported_figures as shared
+
+    ctx = [C(text="1. Term. This NDA starts on the Effective Date, 1 January 2024, and lasts two (2) years.")]
+    for answer in ("The NDA started on 1 March 2024.", "It lasts 2 years [1].", "It lasts 5 years.", "It starts 1 January 2024."):
+        assert unsupported_figures(answer, ctx) == shared(answer, ctx), answer
+    assert unsupported_figures("The NDA started on 1 March 2024.", ctx) != []
+    assert unsupported_figures("It lasts 2 years [1].", ctx) == []

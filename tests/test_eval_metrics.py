@@ -335,3 +335,60 @@ def test_quote_matches_evidence():
     assert M.quote_matches_evidence("This NDA is governed by the laws of Delaware.", [span]) is False
     assert M.quote_matches_evidence(None, [span]) is False
     assert M.quote_matches_evidence("anything", []) is None
+
+
+# ---------------------------------------------------------------------- strict evidence rule
+
+def test_strict_rule_needs_a_contiguous_run_of_80_percent():
+    # the whole evidence, or 8 of its 10 tokens unbroken (a page header cut in after them)
+    assert M.evidence_in_text_strict(EV, "see " + EV.upper() + " end")
+    assert M.evidence_in_text_strict(EV, "alpha beta gamma delta epsilon zeta eta theta PAGE 3 iota kappa")
+    # 7 then 3: the longest run is 7 of 10
+    assert not M.evidence_in_text_strict(EV, "alpha beta gamma delta epsilon zeta eta PAGE 3 theta iota kappa")
+    assert M.evidence_in_text(EV, "alpha beta gamma delta epsilon zeta eta PAGE 3 theta iota kappa")  # loose: yes
+
+
+def test_strict_rule_rejects_scattered_words_that_the_loose_rule_accepts():
+    long_text = ("Kappa is defined in clause 9. The alpha party and the beta party agree that gamma, delta and "
+                 "epsilon apply; zeta shall survive. eta and theta are excluded, iota is void.")
+    assert M.evidence_in_text(EV, long_text)  # every word is somewhere: the loose rule says found
+    assert not M.evidence_in_text_strict(EV, long_text)
+    assert M.evidence_rank(EV, [long_text, EV], strict=True) == 2
+    assert M.evidence_rank(EV, [long_text, EV]) == 1
+
+
+def test_strict_rule_over_adjacent_chunks_and_token_counts():
+    a = {"doc": "a.pdf", "chunk_index": 3, "rank": 2, "text": "alpha beta gamma delta epsilon"}
+    b = {"doc": "a.pdf", "chunk_index": 4, "rank": 4, "text": "zeta eta theta iota kappa"}
+    assert M.evidence_rank_split(EV, [a, b], strict=True) == 4
+    assert M.evidence_rank_split(EV, [{**a, "text": "epsilon delta gamma beta alpha"}, b], strict=True) is None
+    assert M.tokens_through_rank([100, 250, 400], 2) == 350
+    assert M.tokens_through_rank([100, 250], None) is None
+    assert M.within_tokens(350, 1000, True) is True and M.within_tokens(1350, 1000, True) is False
+    assert M.within_tokens(None, 1000, True) is False and M.within_tokens(None, 1000, False) is None
+
+
+def test_gold_figure_in_top_sources():
+    gold = ["Total net sales were $82,959 million."]
+    assert M.gold_figure_in(gold, ["Net sales 82,959 (in millions)"]) is True
+    assert M.gold_figure_in(gold, ["Net sales 81,797"]) is False
+    assert M.gold_figure_in(["It rose in 2023."], ["2023"]) is None  # a year is no figure
+
+
+def test_score_item_reports_both_rules_and_tokens_to_evidence():
+    from ragkit.eval.run import score
+
+    from ragkit.config import load_settings
+
+    scattered = "kappa iota theta eta zeta epsilon delta gamma beta alpha"  # every word, reversed
+    ctxs = [
+        {"n": 1, "rank": 1, "doc": "a.pdf", "chunk_index": 0, "page": 1, "page_end": 1, "text": scattered, "tokens": 600},
+        {"n": 2, "rank": 2, "doc": "a.pdf", "chunk_index": 5, "page": 2, "page_end": 2, "text": EV, "tokens": 500},
+    ]
+    item = EvalItem(id="q", question="?", doc="a.pdf", answers=["x"], evidence=EV)
+    rep = score([item], {"q": {**_rec(ctxs), "id": "q", "retrieval_only": True}}, load_settings())
+    row, m = rep["questions"][0], rep["metrics"]
+    assert (row["evidence_rank"], row["evidence_rank_strict"]) == (1, 2)
+    assert row["tokens_to_evidence"] == 1100
+    assert row["evidence_within_1000_tokens"] is False and row["evidence_within_2000_tokens"] is True
+    assert m["mrr"] == 1.0 and m["mrr_strict"] == 0.5 and m["evidence_strict"] == 1.0

@@ -281,13 +281,23 @@ def test_nli_items_are_scored_through_the_checklist(nda_store, tmp_path):
     for r in recs.values():
         assert r["answer"] in ("Yes", "No", "Not mentioned")
         assert set(r["choice"]["logprobs"]) == {"Yes", "No", "Not mentioned"} and r["choice"]["scored"]
-        assert r["quote"]["text"] and 0 < r["quote"]["confidence"] <= 1
-    assert "Permitted Use" in recs["x-nda-4"]["quote"]["text"]  # the limited-use clause
+        q = r["quote"]
+        # a cell shows a quote with its confidence, or (judged not on point: Not mentioned)
+        # no quote and the closest passage beside it
+        if q["text"]:
+            assert 0 < q["confidence"] <= 1
+        else:
+            assert r["answer"] == "Not mentioned" and q["closest"]
+    shown = recs["x-nda-4"]["quote"]["text"] or recs["x-nda-4"]["quote"]["closest"]
+    assert "Permitted Use" in shown  # the limited-use clause was found
     rows = {r["id"]: r for r in report["questions"]}
-    assert rows["x-nda-4"]["quote_has_evidence"] is True  # matched the second gold span
+    assert rows["x-nda-4"]["passage_has_evidence"] is True  # matched the second gold span
+    # the headline counts only a quote the cell shows: a "not on point" cell is a miss
+    assert rows["x-nda-4"]["quote_has_evidence"] is bool(recs["x-nda-4"]["quote"]["text"])
     assert rows["x-nda-18"]["quote_has_evidence"] is None  # NotMentioned has no span
     m = report["metrics"]
-    assert m["quote_has_evidence"] == 1.0
+    assert m["quote_has_evidence"] == float(rows["x-nda-4"]["quote_has_evidence"])
+    assert m["passage_has_evidence"] == 1.0
     # the label scores, by hand from the labels the model chose (Yes / No / Not mentioned)
     to_nli = {"Yes": "Entailment", "No": "Contradiction", "Not mentioned": "NotMentioned"}
     gold = [i.label for i in items]

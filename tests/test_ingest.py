@@ -45,7 +45,8 @@ def test_reingest_is_a_no_op_and_a_change_replaces_chunks(tmp_path):
     _, ids1, _ = _state(settings)
 
     again = ingest([corpus], settings)
-    assert again.to_json() == {"added": 0, "updated": 0, "unchanged": 2, "failed": [], "chunks": 0, "removed": 0}
+    assert again.to_json() == {"added": 0, "updated": 0, "unchanged": 2, "failed": [], "chunks": 0, "removed": 0,
+                               "chunks_embedded": 0, "chunks_from_cache": 0}
     _, ids2, _ = _state(settings)
     assert ids2 == ids1
 

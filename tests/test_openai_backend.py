@@ -43,7 +43,7 @@ def model_path() -> Path:
 class Server:
     """`python -m llama_cpp.server` on 127.0.0.1, bounded start-up, killed at the end."""
 
-    def __init__(self, log: Path, n_ctx: int = 2048):
+    def __init__(self, log: Path, n_ctx: int = 2048, logits_all: bool = False):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -53,7 +53,7 @@ class Server:
              "--port", str(self.port), "--n_ctx", str(n_ctx), "--n_threads", "1",
              # the server's defaults: batch threads = all cores (collapses on a shared
              # machine) and logits for every prompt token (only logprobs need them)
-             "--n_threads_batch", "1", "--logits_all", "false"],
+             "--n_threads_batch", "1", "--logits_all", "true" if logits_all else "false"],
             stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
         )
         deadline = time.monotonic() + 90

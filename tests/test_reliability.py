@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ragkit.embed import load_embedder
@@ -31,11 +32,14 @@ def snapshot(settings) -> dict:
     st = open_store(settings, load_embedder(settings), create=False)
     recs = st.documents()
     live = {r.doc_id for r in recs}
-    got = st.col.get(include=["metadatas"])
+    got = st.col.get(include=["metadatas", "embeddings"])
     ids = list(got["ids"])
     folder = bm25.index_dir(settings.store, None, settings.collection, settings.cache_dir)
     ix = bm25.BM25Index.load(folder)
     return {
+        # the embedding cache's state: each record's key (its text's hash) and vector
+        "text_hash": {i: m.get("text_hash") for i, m in zip(ids, got["metadatas"])},
+        "vectors": {i: np.asarray(e, dtype=np.float32) for i, e in zip(ids, got["embeddings"])},
         "docs": sorted((r.name, r.doc_id, r.n_chunks) for r in recs),
         "chunk_ids": sorted(ids),
         "duplicates": len(ids) - len(set(ids)),
@@ -45,10 +49,20 @@ def snapshot(settings) -> dict:
     }
 
 
+def make_corpus(corpus: Path) -> None:
+    """The NDA corpus plus a variant of its first file with one clause changed, sorted last:
+    a kill never lands after its commit, so the re-run embeds it, and all but its changed
+    chunk come from the embedding cache (the first file is always committed)."""
+    shutil.copytree(CORPORA, corpus)
+    base = (CORPORA / "ai-osi-stack-mutual-nda.md").read_text()
+    assert "three (3) years" in base
+    (corpus / "zz-variant-nda.md").write_text(base.replace("three (3) years", "four (4) years"))
+
+
 @pytest.fixture(scope="module")
 def clean_reference(tmp_path_factory):
     corpus = tmp_path_factory.mktemp("ref") / "nda"
-    shutil.copytree(CORPORA, corpus)
+    make_corpus(corpus)
     settings = make_settings(tmp_path_factory.mktemp("refstore") / "s")
     ingest([corpus], settings)
     return snapshot(settings)
@@ -68,7 +82,7 @@ def _kill_trial(tmp_path: Path, seed: int, ref: dict) -> tuple[dict, str, int]:
     rng = random.Random(seed)
     corpus = tmp_path / "nda"
     if not corpus.exists():
-        shutil.copytree(CORPORA, corpus)
+        make_corpus(corpus)
     n = len(ref["docs"])
     assert n >= 3
     store = tmp_path / "store"
@@ -116,6 +130,7 @@ def _kill_trial(tmp_path: Path, seed: int, ref: dict) -> tuple[dict, str, int]:
     report = ingest([corpus], settings)  # the next run completes it
     assert report.failed == [], where
     assert report.added == n - len(recs) and report.unchanged == len(recs), (where, report.to_json())
+    assert report.chunks_from_cache > 0, (where, report.to_json())  # the re-run took vectors from the cache
     print(where)
     return snapshot(settings), where, len(recs)
 
@@ -125,6 +140,18 @@ def _check_equal(snap: dict, ref: dict, where: str) -> None:
     assert snap["chunk_ids"] == ref["chunk_ids"], where
     assert snap["duplicates"] == 0 and snap["orphans"] == [], where
     assert snap["bm25_ids"] == ref["chunk_ids"] and snap["bm25_fp_ok"], where
+    # every stored vector is the embedding of its record's text: the cache keys match a
+    # clean ingest's, and each vector is the clean ingest's vector for that text (up to
+    # the noise of other batch shapes), nearer to it than to any other text's vector
+    assert snap["text_hash"] == ref["text_hash"] and None not in ref["text_hash"].values(), where
+    ids = sorted(ref["vectors"])
+    R = np.stack([ref["vectors"][i] for i in ids])
+    S = np.stack([snap["vectors"][i] for i in ids])
+    sims = S @ R.T
+    for row, i in enumerate(ids):
+        assert sims[row, row] > 0.999, (where, i, float(sims[row, row]))
+        nearest = ids[int(np.argmax(sims[row]))]
+        assert ref["text_hash"][nearest] == ref["text_hash"][i], (where, i, nearest)
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -23,7 +23,8 @@ def _lexical(settings):
 
 def test_tokenizer_handles_english_and_chinese():
     toks = bm25.tokenize("The Recipient's obligations survive; 第三条 乙方应当保密")
-    assert "recipient" in toks and "obligation" in toks and "the" not in toks
+    # stemmed: the possessive and the plural fold to the plain word's token; stopwords go
+    assert set(bm25.tokenize("recipient obligation")) <= set(toks) and bm25.tokenize("the") == []
     assert {"第三", "三条", "保密"} <= set(toks)
 
 

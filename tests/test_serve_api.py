@@ -70,6 +70,16 @@ def test_answer_with_sources_in_the_content_and_structured(client):
             assert f"§ {c['section']}" in by_n[c["n"]]
     assert "three" in " ".join(c["quote"] for c in cites).lower()
     assert d["ragkit"]["abstained"] is False and d["ragkit"]["invalid_citations"] == []
+    # claims: each tied to the source sentence that supports it (not the whole chunk)
+    claims = d["claims"]
+    assert claims and all({"text", "supported", "citations", "support"} <= set(c) for c in claims)
+    held = [c for c in claims if c["supported"]]
+    assert held, claims  # "three (3) years from the date of disclosure" is in 7.2
+    for c in held:
+        for s in c["citations"]:  # a sentence of a prompt source, with its place
+            assert s["doc"] == NDA and s["doc_id"] == ctx[s["n"]]["doc_id"] and s["section"] == ctx[s["n"]]["section"]
+            assert 0 < len(s["quote"]) < 400
+    assert any("three (3) years" in s["quote"] for c in held for s in c["citations"])
     u = r.usage
     assert u.prompt_tokens > 200 and 0 < u.completion_tokens <= 96
     assert u.total_tokens == u.prompt_tokens + u.completion_tokens

@@ -163,3 +163,48 @@ def test_ask_then_click_a_citation_shows_the_highlighted_page(server, page, tmp_
     assert not page.errors, page.errors
     assert not page.outside, page.outside  # nothing but the server itself was asked for
     print(f"browser test: {time.monotonic() - t0:.1f} s from page load, {n_chips} chip(s)")
+
+
+def test_the_page_marks_a_claim_no_source_supports(server, page):
+    """The page's rendering of claims. The model cannot be made to write an unsupported
+    claim on demand, so this test answers the page's one chat request itself (Playwright
+    `route`, a canned stream in the shape the server sends: test_serve_api checks the
+    real server's `claims`); everything else is the real server and page."""
+    import json
+
+    claims = [
+        {"text": "Obligations survive for the Confidentiality Period.", "supported": True, "support": 0.91,
+         "citations": [{"n": 5, "doc": BONTERMS, "doc_id": None, "page": 1, "page_end": 1, "section": "Term",
+                        "quote": "Recipient’s obligations relating to Confidential Information will survive for the "
+                                 "Confidentiality Period.", "support": 0.91, "inferred": True}],
+         "markers": [], "flagged_markers": [], "missing_figures": []},
+        {"text": "They survive for 7 years.", "supported": False, "support": 0.41, "citations": [],
+         "markers": [2], "flagged_markers": [2], "missing_figures": ["7 years"]},
+    ]
+    base = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "ragkit"}
+    events = [
+        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {"content": "Obligations survive for the Confidentiality Period. "
+                                                               "They survive for 7 years [2]."}, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "citations": [], "claims": claims,
+         "ragkit": {"abstained": False, "abstain_reason": None, "unsupported_answer": None, "invalid_citations": [],
+                    "contexts": []}},
+    ]
+    body = "".join("data: " + json.dumps(e) + "\n\n" for e in events) + "data: [DONE]\n\n"
+    page.route("**/v1/chat/completions", lambda route: route.fulfill(status=200, body=body,
+                                                                     headers={"Content-Type": "text/event-stream"}))
+    page.goto(server.url + "/")
+    page.fill("#question", QUESTION)
+    page.click("#ask-btn")
+    bad = page.locator("#claims .claim.unsupported")
+    bad.wait_for(timeout=30_000)
+    assert page.locator("#claims .claim").count() == 2
+    assert "not supported by the sources" in bad.inner_text().lower() and "7 years" in bad.inner_text()
+    assert "[2]" in bad.inner_text()  # the marker whose source does not say it
+    good = page.locator("#claims .claim.supported")
+    assert "Confidentiality Period" in good.locator("blockquote").inner_text() and BONTERMS in good.inner_text()
+    # marked for the eye, not only in the text: the unsupported claim is styled apart
+    style = bad.locator(".claim-text").evaluate("e => getComputedStyle(e).textDecorationLine")
+    assert "underline" in style
+    assert "1 of 2 claims are not supported" in page.inner_text("#ask-warning")
+    assert page.errors == [] and page.outside == []

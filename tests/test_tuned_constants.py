@@ -1,7 +1,9 @@
 """Constants tuned on the documents the other tests check, checked on documents they
 were not tuned on.
 
-- `retrieve.abstain_below` (0.30) was fitted on the sample NDAs in corpora/nda;
+- the abstention gate (`retrieve.abstain_margin` 2.5, the best score's margin over probe
+  questions about nothing in the documents; the fixed 0.30 cosine gate before it) was set
+  on the sample NDAs in corpora/nda;
 - the quote weights in ragkit/compare.py (cosine + LEXICAL_WEIGHT 0.3 x word match, the
   0.03 near tie) were chosen on the 8 rendered ContractNLI NDAs, Bonterms §7 and Common
   Paper §6.
@@ -12,14 +14,16 @@ labels and evidence spans. Everything runs on the real path: the PyPI embedder, 
 Chroma store, the default GGUF generator.
 
 Measured on these documents (n_ctx 2048), the figures the assertions are set from:
-- the gate let every answerable question through (19 ContractNLI Entailment /
-  Contradiction hypotheses, 17 CUAD categories with a gold clause; lowest best similarity
-  0.413), and abstained on every question about something else (5 off-topic questions x
-  4 documents, best similarity <= 0.147; 19 questions from other kinds of contract that
-  the documents do not address, <= 0.293);
-- it abstained on none of the 56 questions the datasets label unanswerable (32
-  NotMentioned hypotheses, 24 CUAD categories without a clause; best similarity
-  0.363-0.691, overlapping the answerable ones, 0.413-0.831): that test is marked xfail;
+- the margin gate (MiniLM) let every answerable question through (19 ContractNLI
+  Entailment / Contradiction hypotheses, 17 CUAD categories with a gold clause), stopped
+  the 5 off-topic questions x 4 documents (20 of 20) and 4 of the 19 questions from other
+  kinds of contract (the rest go to the model, whose unsupported answers claim support
+  turns into abstentions); the old 0.30 cosine gate stopped all 19 but was fitted to
+  MiniLM's cosine range;
+- it stopped none of the 56 questions the datasets label unanswerable (32 NotMentioned
+  hypotheses, 24 CUAD categories without a clause; best similarity 0.363-0.691,
+  overlapping the answerable ones, 0.413-0.831), nor did the old gate: that test is
+  marked xfail;
 - compare quoted a gold evidence span for 8 of the 19 Entailment / Contradiction items,
   below the 0.600 measured on the tuned set but within its one-sided 95% binomial bound
   (on all 53 ContractNLI dev NDAs outside the tuned 8: 288 of 529 = 0.544 by the eval's
@@ -79,35 +83,38 @@ def unseen(tmp_path_factory):
     return settings
 
 
-def _best(settings, question: str, doc: str) -> float:
-    from ragkit.ask import ask
-
-    return ask(question, settings, docs=[doc], dry_run=True).prompt.best_similarity
-
-
 # ---------------------------------------------------------------------- abstention
+
+def _gated(settings, question: str, doc: str) -> str | None:
+    """The retrieval gate's reason to abstain (ragkit.retrieve.abstain: the best score's
+    margin over what the document scores for questions about nothing in it), or None."""
+    from ragkit.retrieve import retrieve
+
+    return retrieve(question, settings, docs=[doc]).abstain_reason
+
 
 def test_answerable_questions_on_unseen_documents_are_not_abstained(unseen):
     """The datasets' answerable questions: each ContractNLI hypothesis the NDA entails or
     contradicts (asked as compare asks it) and each CUAD category with a gold clause.
-    Abstaining on one hides an answer the document gives, so none may fall under the gate
-    (measured: the lowest is 0.413, against the gate's 0.30)."""
+    Abstaining on one hides an answer the document gives, so the retrieval gate may stop
+    none of them (measured with MiniLM: none stopped)."""
     from ragkit.compare import load_checklist
 
-    gate = unseen.retrieve.abstain_below
     items = {i.id: i for i in load_checklist("nda")[1]}
     asked = [(r["doc"], _question(items[r["hypothesis_id"]])) for r in _labels() if r["label"] != "NotMentioned"]
     asked += [(CONTRACT, r["question"]) for r in _cuad() if r.get("answerable", True)]
     assert len(asked) == 19 + 17
-    gated = [(doc, q[:60], round(s, 3)) for doc, q in asked if (s := _best(unseen, q, doc)) < gate]
-    assert gated == [], f"{len(gated)} of {len(asked)} answerable questions fall under abstain_below {gate}: {gated}"
+    gated = [(doc, q[:60], why) for doc, q in asked if (why := _gated(unseen, q, doc))]
+    assert gated == [], f"{len(gated)} of {len(asked)} answerable questions stopped by the retrieval gate: {gated}"
 
 
 def test_questions_about_other_matters_are_abstained_on_unseen_documents(unseen):
-    """Through `ask` itself: the gate answers "The documents do not say." without
-    generating. Off-topic questions sit far under the gate (<= 0.147 measured) and must all
-    abstain; questions from other kinds of contract come within 0.01 of it (0.293 measured
-    for the royalty question on an NDA), so for those a rate: at least 90%."""
+    """Through `ask` itself. Off-topic questions are all stopped by the retrieval gate
+    without generating (measured with MiniLM: 20 of 20); questions from other kinds of
+    contract mostly pass the gate (MiniLM: 4 of 19 stopped) and are abstained by claim
+    support (the model's "The monthly rent ... is $1,000." is supported by no sentence)
+    or by the model itself, so for those a rate: at least 90% (measured 18 of 19 with a
+    reason, 4 gate + 14 claim support; the 19th the model abstained on itself)."""
     from ragkit.ask import ask
 
     def abstained(q: str, doc: str) -> bool:
@@ -122,22 +129,22 @@ def test_questions_about_other_matters_are_abstained_on_unseen_documents(unseen)
     assert len(other) - len(missed) >= 0.9 * len(other), f"abstained on {len(other) - len(missed)} of {len(other)}: missed {missed}"
 
 
-@pytest.mark.xfail(strict=True, reason="abstain_below does not carry over to questions in the documents' own domain: "
-                   "measured 0 of 56 dataset-unanswerable questions abstained (best similarity 0.363-0.691, "
-                   "answerable 0.413-0.831); no threshold on the best similarity separates them")
+@pytest.mark.xfail(strict=True, reason="the retrieval gate does not reach questions in the documents' own domain: "
+                   "measured with MiniLM, 0 of 56 dataset-unanswerable questions stopped (the old 0.30 cosine gate: "
+                   "0 of 56 too); they score like answerable ones, so any gate on the best score would refuse those; "
+                   "claim support (ask: no supported claim -> abstain) is the rule that can reach them")
 def test_dataset_unanswerable_questions_are_abstained(unseen):
-    """What the gate would need to do for the datasets' own unanswerable questions (a
-    NotMentioned hypothesis, a CUAD category the contract lacks): abstain on at least half
-    of them. It abstains on none: this documents the limit, and fails (XPASS) when it
-    changes."""
+    """What the retrieval gate would need to do for the datasets' own unanswerable
+    questions (a NotMentioned hypothesis, a CUAD category the contract lacks): stop at
+    least half of them. It stops none: this documents the limit, and fails (XPASS) when
+    it changes."""
     from ragkit.compare import load_checklist
 
-    gate = unseen.retrieve.abstain_below
     items = {i.id: i for i in load_checklist("nda")[1]}
     asked = [(r["doc"], _question(items[r["hypothesis_id"]])) for r in _labels() if r["label"] == "NotMentioned"]
     asked += [(CONTRACT, r["question"]) for r in _cuad() if not r.get("answerable", True)]
     assert len(asked) == 32 + 24
-    n_gated = sum(_best(unseen, q, doc) < gate for doc, q in asked)
+    n_gated = sum(_gated(unseen, q, doc) is not None for doc, q in asked)
     assert n_gated >= len(asked) / 2, f"abstained on {n_gated} of {len(asked)}"
 
 
@@ -212,9 +219,14 @@ def test_compare_quotes_the_gold_clause_on_unseen_ndas(nda_findings):
     the rate must be one a true 0.600 could give: at least the one-sided 95% binomial
     floor (8 of 19). Measured: 8 of 19 here, so the tuned figure is not reached; on these
     NDAs the weights change no quote (their clauses are one sentence per chunk), the
-    misses are the choice of clause."""
+    misses are the choice of clause.
+
+    The passage scored is the one the cell shows: its quote, or, when the item was judged
+    not on point (Not mentioned from the evidence), the closest passage kept beside it;
+    whether those labels are right is the next test's business."""
     texts = {d: (FIX / d).read_text(encoding="utf-8") for d in NDAS}
-    hits = [(doc, hyp) for doc, hyp, f, gold in nda_findings if quotes_gold(f.quote, texts[doc], gold["evidence_spans"])]
+    hits = [(doc, hyp) for doc, hyp, f, gold in nda_findings
+            if quotes_gold(f.quote or f.closest, texts[doc], gold["evidence_spans"])]
     n = len(nda_findings)
     assert n == 19
     floor = _binomial_floor(n, TUNED_QUOTE_RATE)
@@ -223,6 +235,18 @@ def test_compare_quotes_the_gold_clause_on_unseen_ndas(nda_findings):
     assert len(hits) >= floor, f"gold clause quoted for {len(hits)} of {n} (floor {floor}); misses: {misses}"
     for _doc, _hyp, f, _ in nda_findings:
         assert f.label in ("Yes", "No", "Not mentioned")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "recorded finding: the on-point rule (compare.on_point_support 0.45, fitted on 4 ContractNLI NDAs) "
+    "calls Not mentioned on clauses that are there: measured 9 of these 19 items, which all have a gold clause "
+    "(entailed or contradicted); it needs a signal that reads paraphrase better than word overlap"))
+def test_items_whose_clause_is_there_are_not_called_not_mentioned(nda_findings):
+    """Every one of these items has a gold clause in its NDA, so a Not mentioned is wrong.
+    The rule may miss some (it trades them for real Not mentioned items elsewhere), but
+    at most a third of them."""
+    wrong = [(doc, hyp) for doc, hyp, f, _ in nda_findings if f.label == "Not mentioned"]
+    assert len(wrong) <= len(nda_findings) / 3, f"{len(wrong)} of {len(nda_findings)} called Not mentioned: {wrong}"
 
 
 def test_compare_quotes_the_gold_clause_of_an_unseen_contract(unseen):

@@ -11,6 +11,30 @@ import typer
 from ragkit.commands._common import INFERRED_NOTE, JsonOpt, ProfileOpt, StoreOpt, _print_json, command_errors, _settings, err, out
 
 
+def print_claims(result) -> None:
+    """Each claim of the answer with the source sentence that supports it; a claim no
+    sentence supports is marked, and so is a marker [n] whose source does not say it."""
+    from ragkit.retrieve.prompt import format_location
+
+    if getattr(result, "unsupported_answer", None):
+        out.print("[bold yellow]No claim of this answer is supported by the sources:[/] The documents do not say.",
+                  highlight=False)
+    if not result.claims:
+        return
+    out.print("[bold]Claims[/]")
+    for i, c in enumerate(result.claims, 1):
+        mark = "[green]supported[/]" if c.supported else "[bold yellow]NOT SUPPORTED by the sources[/]"
+        out.print(f" {i}. {c.text}  ({mark}, {c.support:.2f})", highlight=False)
+        for s in c.citations:
+            where = format_location(s.page, s.section, s.page_end)
+            flag = " (inferred)" if s.inferred else ""
+            out.print(f"     [{s.n}] [cyan]{s.doc}[/] {where}{flag}: “{s.quote}”", highlight=False)
+        if c.flagged:
+            out.print(f"     [yellow]warning:[/] cites {c.flagged}, which does not support this claim", highlight=False)
+        if c.missing_figures:
+            out.print(f"     [yellow]not in the sources:[/] {', '.join(c.missing_figures)}", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def ask(
@@ -61,6 +85,7 @@ def register(app: typer.Typer) -> None:
                 out.print(f"     “{c.quote}”", highlight=False, style="dim")
         if result.invalid_citations:
             out.print(f"[yellow]warning:[/] the answer cites {result.invalid_citations}, which were not among the sources", highlight=False)
+        print_claims(result)
         g = result.generation
         t = result.timings
         err.print(

@@ -45,6 +45,7 @@ def register(app: typer.Typer) -> None:
         KV cache loaded, so follow-ups on the same documents skip the prefill of the documents."""
         from ragkit.chat import ChatSession
         from ragkit.commands._common import INFERRED_NOTE, _settings, command_errors, err, out
+        from ragkit.commands.ask import print_claims
         from ragkit.retrieve.prompt import format_location
 
         interactive = questions is None and sys.stdin.isatty()
@@ -70,6 +71,7 @@ def register(app: typer.Typer) -> None:
                     where = format_location(c.page, c.section)
                     flag = INFERRED_NOTE if c.inferred else ""
                     out.print(f" [{c.n}] [cyan]{c.doc}[/] {where}{flag}", highlight=False)
+                print_claims(r)
                 g = r.generation
                 err.print(
                     f"[dim]prompt {len(r.prompt.ids)} tok ({g.cached_tokens} cached), {g.completion_tokens} generated; "

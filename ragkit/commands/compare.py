@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from ragkit.commands._common import _fail, _settings
-        from ragkit.compare import _conf, compare as run_compare, to_html, to_markdown
+        from ragkit.compare import _conf, compare as run_compare, claim_support, cost_line, missing, to_html, to_markdown
         from ragkit.errors import RagkitError
         from ragkit.retrieve.prompt import format_location
 
@@ -67,13 +67,12 @@ def register(app: typer.Typer) -> None:
             for d in docs:
                 f = r.findings[d]
                 if not f.quote:
-                    cells.append(f"[dim]{f.label}: not found[/]")
+                    cells.append(f"[dim]{escape(missing(f))}[/]")
                 else:
                     loc = format_location(f.page, f.section)
                     hint = " [dim](closest clause)[/]" if f.label == "Not mentioned" else ""
                     warn = f"\n[yellow]⚠ {escape(f.note)}[/]" if f.note else ""
-                    cells.append(f"[b]{f.label}[/]{_conf(f)}{hint} “{escape(f.quote)}” [dim]({escape(loc)})[/]{warn}")
+                    cells.append(f"[b]{f.label}[/]{_conf(f)}{hint} “{escape(f.quote)}” [dim]({escape(loc)}){escape(claim_support(f))}[/]{warn}")
             table.add_row(escape(r.item.title), *cells, escape(r.difference))
         Console().print(table)
-        cost = result.to_json()["cost"]
-        err.print(f"prefilled tokens {cost['prefilled_tokens']}; projected Kimi K2 prefill {cost['projected_kimi_prefill_s']} s at {cost['prompt_rate_tok_s']:.0f} tok/s; took {cost['seconds']} s", highlight=False)
+        err.print(cost_line(result), highlight=False)

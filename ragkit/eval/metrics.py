@@ -65,6 +65,49 @@ def evidence_in_text(evidence: str, text: str, coverage: float = TOKEN_COVERAGE)
     return have / total >= coverage
 
 
+# The strict rule (the headline figure): the evidence counts as found in a source only when
+# a contiguous run of at least this share of its tokens lies inside that one source. The
+# loose rule above accepts 90% of the evidence's words scattered anywhere in a long text.
+STRICT_RUN = 0.8
+
+
+def longest_shared_run(a: Sequence[str], b: Sequence[str]) -> int:
+    """Length of the longest run of tokens that occurs contiguously in both sequences
+    (difflib's longest-match search, with its "popular element" heuristic off so that
+    frequent words such as "the" still match)."""
+    from difflib import SequenceMatcher
+
+    if not a or not b:
+        return 0
+    sm = SequenceMatcher(None, a, b, autojunk=False)
+    return sm.find_longest_match(0, len(a), 0, len(b)).size
+
+
+def evidence_in_text_strict(evidence: str, text: str, share: float = STRICT_RUN) -> bool:
+    """True when a contiguous run of at least `share` (80%) of the evidence's tokens (after
+    `normalize`) occurs, in order and unbroken, inside the text. A page header or a
+    dropped footnote mark inside the evidence still passes; the same words scattered over
+    a long text do not."""
+    ev, tx = normalize(evidence), normalize(text)
+    if not ev:
+        return False
+    if ev in tx:
+        return True
+    et = _TOKEN.findall(ev)
+    if not et:
+        return False
+    need = math.ceil(share * len(et))
+    tt = _TOKEN.findall(tx)
+    if len(tt) < need:
+        return False
+    return longest_shared_run(et, tt) >= need
+
+
+def evidence_in(evidence: str, text: str, coverage: float = TOKEN_COVERAGE, *, strict: bool = False) -> bool:
+    """The strict rule (`evidence_in_text_strict`) or the loose one (`evidence_in_text`)."""
+    return evidence_in_text_strict(evidence, text) if strict else evidence_in_text(evidence, text, coverage)
+
+
 def evidence_in_context(evidence: str | None, contexts: Sequence[str], coverage: float = TOKEN_COVERAGE) -> bool | None:
     """Does any one context contain the evidence? None when there is no evidence to look for."""
     if not evidence:
@@ -72,17 +115,20 @@ def evidence_in_context(evidence: str | None, contexts: Sequence[str], coverage:
     return any(evidence_in_text(evidence, c, coverage) for c in contexts)
 
 
-def evidence_rank(evidence: str | None, ranked_contexts: Sequence[str], coverage: float = TOKEN_COVERAGE) -> int | None:
-    """1-based rank of the first context (best first) that contains the evidence, or None."""
+def evidence_rank(evidence: str | None, ranked_contexts: Sequence[str], coverage: float = TOKEN_COVERAGE, *,
+                  strict: bool = False) -> int | None:
+    """1-based rank of the first context (best first) that contains the evidence, or None.
+    `strict`: by the strict rule (a contiguous run, `evidence_in_text_strict`)."""
     if not evidence:
         return None
     for i, c in enumerate(ranked_contexts, 1):
-        if evidence_in_text(evidence, c, coverage):
+        if evidence_in(evidence, c, coverage, strict=strict):
             return i
     return None
 
 
-def evidence_rank_split(evidence: str | None, contexts: Sequence[dict], coverage: float = TOKEN_COVERAGE) -> int | None:
+def evidence_rank_split(evidence: str | None, contexts: Sequence[dict], coverage: float = TOKEN_COVERAGE, *,
+                        strict: bool = False) -> int | None:
     """For evidence that no single context holds: is it in the joined text of a run of
     contexts that are consecutive chunks of one document (the chunker split a long clause)?
     `contexts` are dicts with `doc`, `chunk_index`, `rank` and `text`. Returns the worst
@@ -101,11 +147,28 @@ def evidence_rank_split(evidence: str | None, contexts: Sequence[dict], coverage
                 if cs[j]["chunk_index"] - cs[j - 1]["chunk_index"] != 1:
                     break
                 run = cs[i: j + 1]
-                if evidence_in_text(evidence, " ".join(c["text"] for c in run), coverage):
+                if evidence_in(evidence, " ".join(c["text"] for c in run), coverage, strict=strict):
                     worst = max(c["rank"] for c in run)
                     best = worst if best is None else min(best, worst)
                     break
     return best
+
+
+def tokens_through_rank(ranked_tokens: Sequence[int | None], rank: int | None) -> int | None:
+    """Prompt tokens of the ranked sources up to and including the one at `rank` (1-based):
+    what must be prefilled to reach the evidence when the sources go in best first.
+    None when the evidence was not found."""
+    if not rank:
+        return None
+    return sum(int(t or 0) for t in ranked_tokens[:rank])
+
+
+def within_tokens(tokens_to_evidence: int | None, n: int, has_evidence: bool) -> bool | None:
+    """Is the evidence (the whole source that holds it) within the first `n` prompt tokens
+    of the ranked sources? None when there is no evidence to look for."""
+    if not has_evidence:
+        return None
+    return tokens_to_evidence is not None and tokens_to_evidence <= n
 
 
 def reciprocal_rank(rank: int | None) -> float:
@@ -240,6 +303,13 @@ def answer_numbers_in_context(golds: Sequence[str], contexts: Sequence[str]) -> 
         return None
     have = [q for c in contexts for q in extract_numbers(c)]
     return sum(any(_same_up_to_scale(g, h) for h in have) for g in gold) / len(gold)
+
+
+def gold_figure_in(golds: Sequence[str], contexts: Sequence[str]) -> bool | None:
+    """At least one of the gold answer's figures (as `answer_numbers_in_context` counts
+    them) occurs in the contexts. None when the gold answer states no such figure."""
+    share = answer_numbers_in_context(golds, contexts)
+    return None if share is None else share > 0
 
 
 # ---------------------------------------------------------------------- answers
@@ -452,3 +522,49 @@ def percentile(values: Sequence[float], p: float) -> float | None:
 def mean(values: Iterable[float | bool | None]) -> float | None:
     v = [float(x) for x in values if x is not None]
     return sum(v) / len(v) if v else None
+
+
+# ---------------------------------------------------------------------- claims
+
+def claim_counts(claims: Sequence[dict], spans: Sequence[str]) -> dict:
+    """Per answer: its claims, the unsupported ones, and among the supported ones those
+    cited by the model's own marker ([n], `inferred` false) or only by attribution, with
+    how many of each cite a sentence that is gold evidence (`quote_matches_evidence`;
+    counted only when the item has gold evidence)."""
+    out = {"n_claims": len(claims), "n_claims_unsupported": sum(not c.get("supported") for c in claims),
+           "n_claims_marked": 0, "n_claims_marked_on_evidence": 0, "n_claims_inferred": 0,
+           "n_claims_inferred_on_evidence": 0}
+    spans = [s for s in spans if s]
+    for c in claims:
+        cites = c.get("citations") or []
+        if not c.get("supported") or not cites:
+            continue
+        kind = "inferred" if all(x.get("inferred") for x in cites) else "marked"
+        if not spans:
+            continue
+        out[f"n_claims_{kind}"] += 1
+        use = [x for x in cites if x.get("inferred")] if kind == "inferred" else [x for x in cites if not x.get("inferred")]
+        if any(quote_matches_evidence(x.get("quote"), spans) for x in use):
+            out[f"n_claims_{kind}_on_evidence"] += 1
+    return out
+
+
+def claim_scores(rows: Sequence[dict]) -> dict:
+    """Over all claims of a run (micro): the share no source sentence supports, and
+    claim-level citation precision: of the supported claims cited by the model's marker,
+    the share whose cited sentence is gold evidence; claims cited only by attribution
+    (inferred) are scored apart and never counted as precise."""
+    tot = {k: sum(r.get(k) or 0 for r in rows) for k in (
+        "n_claims", "n_claims_unsupported", "n_claims_marked", "n_claims_marked_on_evidence", "n_claims_inferred",
+        "n_claims_inferred_on_evidence")}
+    answered = [r for r in rows if r.get("n_claims") is not None and r.get("status") == "ok"]
+    return {
+        "claims_per_answer": (tot["n_claims"] / len(answered)) if answered else None,
+        "unsupported_claim_share": (tot["n_claims_unsupported"] / tot["n_claims"]) if tot["n_claims"] else None,
+        "claim_citation_precision": (tot["n_claims_marked_on_evidence"] / tot["n_claims_marked"])
+        if tot["n_claims_marked"] else None,
+        "inferred_claim_citation_precision": (tot["n_claims_inferred_on_evidence"] / tot["n_claims_inferred"])
+        if tot["n_claims_inferred"] else None,
+        "n_claims_cited_marked": tot["n_claims_marked"],
+        "n_claims_cited_inferred": tot["n_claims_inferred"],
+    }

@@ -17,14 +17,16 @@ from ragkit.errors import UsageError
 # metrics where lower is better (cost and latency); every other number: higher is better
 LOWER_IS_BETTER_SUFFIX = ("_s_p50", "_s_p95", "_s_mean")
 LOWER_IS_BETTER = {"prompt_tokens_mean", "prompt_tokens_p50", "prompt_tokens_p95", "completion_tokens_mean",
-                   "nli_unparsed", "n_errors", "n_missing", "abstain_rate", "citations_inferred_share"}
+                   "nli_unparsed", "n_errors", "n_missing", "abstain_rate", "citations_inferred_share",
+                   "tokens_to_evidence_mean", "unsupported_claim_share"}
 # properties of the set or the run, not of the system: shown, never flagged
 NOT_COMPARED = {"n_questions", "n_answered", "cached_tokens_mean", "abstain_rate", "completion_tokens_mean",
-                "nli_majority_accuracy"}
-RATE_METRICS = ("evidence_in_context", "page_hit", "page_hit_at_1", "page_hit_at_3", "mrr", "doc_recall",
+                "nli_majority_accuracy", "claims_per_answer", "n_claims_cited_marked", "n_claims_cited_inferred"}
+RATE_METRICS = ("evidence_strict", "mrr_strict", "evidence_within_1000_tokens", "evidence_within_2000_tokens",
+                "gold_figure_at_5", "evidence_in_context", "page_hit", "page_hit_at_1", "page_hit_at_3", "mrr", "doc_recall",
                 "answer_numbers_in_context", "answer_match", "token_f1", "nli_accuracy", "abstain_precision",
                 "abstain_recall", "citation_precision", "valid_citation_rate", "nli_f1_contradiction", "nli_macro_f1",
-                "quote_has_evidence")
+                "quote_has_evidence", "passage_has_evidence", "claim_citation_precision", "inferred_claim_citation_precision")
 
 
 def _versions() -> dict:

@@ -194,6 +194,8 @@ class Answerer:
                 "abstained": res.abstained,
                 "citations": [c.to_json() for c in res.citations],
                 "invalid_citations": list(res.invalid_citations),
+                "claims": [c.to_json() for c in getattr(res, "claims", [])],
+                "abstain_reason": res.abstain_reason,
             })
             if res.choice is not None:
                 rec["prompt_tokens"] = res.choice.prompt_tokens or rec["prompt_tokens"]  # the prompt scored (clause mode: the quote)
@@ -202,7 +204,7 @@ class Answerer:
         if finding is not None:
             rec["answer"] = finding.label
             rec["quote"] = {"text": finding.quote, "page": finding.page, "section": finding.section,
-                            "confidence": finding.confidence}
+                            "confidence": finding.confidence, "closest": finding.closest}
         return rec
 
 
@@ -354,6 +356,7 @@ def _miss_row(item: EvalItem, rec: dict | None, rate_tok_s: float, retrieval_onl
             checklist = any(t in _checklist_ids() for t in item.tags)
         if checklist and (item.evidence_all or item.evidence):
             row["quote_has_evidence"] = False
+            row["passage_has_evidence"] = False
     if rec is None:
         row.update(status="missing", why="not answered; counted as a miss")
     else:
@@ -379,6 +382,16 @@ def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float, *, retrieval
     if item.evidence and ev_rank is None:  # a long clause the chunker split over adjacent chunks
         ev_rank = M.evidence_rank_split(item.evidence, [{**c, "chunk_index": _chunk_index(c)} for c in ranked])
         ev_split = ev_rank is not None
+    # the strict rule (the headline): a contiguous run of 80% of the evidence in one source
+    # (or in the joined text of consecutive chunks of one document, a clause the chunker split)
+    ev_strict = M.evidence_rank(item.evidence, texts, strict=True)
+    if item.evidence and ev_strict is None:
+        ev_strict = M.evidence_rank_split(item.evidence, [{**c, "chunk_index": _chunk_index(c)} for c in ranked], strict=True)
+    to_ev = M.tokens_through_rank([c.get("tokens") for c in ranked], ev_strict)
+    # any annotated span (ContractNLI marks several; `evidence` is the first in document order)
+    spans = [e for e in (item.evidence_all or []) if e] or ([item.evidence] if item.evidence else [])
+    any_ranks = [r for r in (M.evidence_rank(e, texts, strict=True) for e in spans) if r]
+    ev_any = min(any_ranks) if any_ranks else None
     pages = [(c.get("page"), c.get("page_end")) for c in ranked]
     row.update({
         "mode": rec.get("mode"),
@@ -387,11 +400,21 @@ def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float, *, retrieval
         "evidence_rank": ev_rank,
         "evidence_split": ev_split,
         "rr": M.reciprocal_rank(ev_rank) if item.evidence else None,
+        "evidence_strict": (ev_strict is not None) if item.evidence else None,
+        "evidence_rank_strict": ev_strict,
+        "rr_strict": M.reciprocal_rank(ev_strict) if item.evidence else None,
+        "tokens_to_evidence": to_ev,  # prompt tokens of the ranked sources through the evidence (strict)
+        "evidence_within_1000_tokens": M.within_tokens(to_ev, 1000, bool(item.evidence)),
+        "evidence_within_2000_tokens": M.within_tokens(to_ev, 2000, bool(item.evidence)),
+        "rr_strict_any_span": M.reciprocal_rank(ev_any) if item.evidence else None,
+        "any_span_within_1000_tokens": M.within_tokens(M.tokens_through_rank([c.get("tokens") for c in ranked], ev_any),
+                                                       1000, bool(item.evidence)),
         "page_hit": M.page_hit(item.page, pages),
         "page_hit_at_1": M.page_hit(item.page, pages, 1),
         "page_hit_at_3": M.page_hit(item.page, pages, 3),
         "doc_recall": M.doc_recall(item.sources(), [c["doc"] for c in ctxs]) if not item.doc else None,
         "answer_numbers_in_context": M.answer_numbers_in_context(item.answers, texts) if item.answerable and not item.label else None,
+        "gold_figure_at_5": M.gold_figure_in(item.answers, texts[:5]) if item.answerable and not item.label else None,
         "prompt_tokens": rec.get("prompt_tokens"),
         "cached_tokens": rec.get("cached_tokens"),
         "completion_tokens": rec.get("completion_tokens"),
@@ -403,6 +426,8 @@ def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float, *, retrieval
     why: list[str] = []
     if item.evidence and ev_rank is None:
         why.append("evidence not retrieved")
+    elif item.evidence and ev_strict is None:
+        why.append("evidence only as scattered words (strict rule)")
     if row["page_hit"] is False:
         why.append("page not retrieved")
     if row["doc_recall"] is not None and row["doc_recall"] < 1:
@@ -416,7 +441,11 @@ def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float, *, retrieval
             if rec.get("quote") is not None:
                 q = rec["quote"]
                 spans = item.evidence_all or ([item.evidence] if item.evidence else [])
+                # headline: the quote the cell shows; a cell judged "not on point" shows none, so it
+                # is a miss when there was evidence. passage_has_evidence also counts the
+                # closest passage kept beside it (did retrieval find the clause at all)
                 row.update(quote=q.get("text"), quote_has_evidence=M.quote_matches_evidence(q.get("text"), spans),
+                           passage_has_evidence=M.quote_matches_evidence(q.get("text") or q.get("closest"), spans),
                            nli_confidence=q.get("confidence"))
             if pred != item.label:
                 why.append(f"NLI {pred or 'unparsed'} != {item.label}")
@@ -443,6 +472,7 @@ def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float, *, retrieval
                    n_inferred_citations=len(inferred),
                    inferred_citation_precision=M.citation_scores(inferred, item.evidence)[0],
                    invalid_citations=len(rec.get("invalid_citations", [])))
+        row.update(M.claim_counts(rec.get("claims") or [], item.evidence_all or ([item.evidence] if item.evidence else [])))
     row["failed"] = bool(why)
     row["why"] = "; ".join(why)
     return row
@@ -479,6 +509,14 @@ def _agg(rows: list[dict]) -> dict:
         "page_hit_at_1": m("page_hit_at_1"),
         "page_hit_at_3": m("page_hit_at_3"),
         "mrr": M.mrr(r["evidence_rank"] for r in ev_rows) if ev_rows else None,
+        "evidence_strict": m("evidence_strict"),
+        "mrr_strict": M.mrr(r.get("evidence_rank_strict") for r in ev_rows) if ev_rows else None,
+        "evidence_within_1000_tokens": m("evidence_within_1000_tokens"),
+        "evidence_within_2000_tokens": m("evidence_within_2000_tokens"),
+        "mrr_strict_any_span": m("rr_strict_any_span"),
+        "any_span_within_1000_tokens": m("any_span_within_1000_tokens"),
+        "tokens_to_evidence_mean": M.mean(r.get("tokens_to_evidence") for r in ok),
+        "gold_figure_at_5": m("gold_figure_at_5"),
         "doc_recall": m("doc_recall"),
         "answer_numbers_in_context": m("answer_numbers_in_context"),
         "answer_match": m("answer_match"),
@@ -490,6 +528,7 @@ def _agg(rows: list[dict]) -> dict:
         "nli_f1_contradiction": (nli["per_class"]["Contradiction"]["f1"] if nli else None),
         "nli_macro_f1": nli["macro_f1"] if nli else None,
         "quote_has_evidence": m("quote_has_evidence"),
+        "passage_has_evidence": m("passage_has_evidence"),
         "abstain_precision": ab["precision"] if has_unanswerable else None,
         "abstain_recall": ab["recall"] if has_unanswerable else None,
         "abstain_rate": (ab["abstained"] / len(ab_rows)) if ab_rows else None,
@@ -497,6 +536,7 @@ def _agg(rows: list[dict]) -> dict:
         "valid_citation_rate": m("valid_citation"),  # a marked citation holds the evidence
         "citations_inferred_share": (n_inferred / (n_marked + n_inferred)) if (n_marked + n_inferred) else None,
         "inferred_citation_precision": m("inferred_citation_precision"),  # citations ragkit inferred from wording
+        **M.claim_scores(rows),  # claims tied to source sentences (ragkit.retrieve.claims)
         "prompt_tokens_mean": M.mean(tokens),
         "prompt_tokens_p50": M.percentile(tokens, 50),
         "prompt_tokens_p95": M.percentile(tokens, 95),
@@ -512,7 +552,7 @@ def _agg(rows: list[dict]) -> dict:
     return out, nli, ab
 
 
-BY_TAG_KEYS = ("n_questions", "evidence_in_context", "page_hit", "mrr", "doc_recall", "answer_numbers_in_context",
+BY_TAG_KEYS = ("n_questions", "evidence_strict", "mrr_strict", "evidence_in_context", "page_hit", "mrr", "doc_recall", "answer_numbers_in_context",
                "answer_match", "token_f1", "nli_accuracy", "prompt_tokens_mean")
 
 

@@ -31,12 +31,52 @@ class Choice:
     ttft_s: float = 0.0
     total_s: float = 0.0
     scored: bool = True  # False: the engine gave no probabilities; the option was parsed from a short answer
+    # per option, the log-probability of each of its tokens after the prompt (unnormalised);
+    # `logprobs` is computed from these by the scoring rule `score` (OPTION_SCORES)
+    token_logprobs: dict[str, list[float]] = field(default_factory=dict)
+    score: str = "mean"
+    note: str | None = None  # how the option was obtained when not scored (e.g. the engine gave no log-probabilities)
 
     @property
     def confidence(self) -> float:
         import math
 
         return math.exp(self.logprobs.get(self.option, 0.0))
+
+
+# How an option's token log-probabilities make its score:
+# "mean": per token (length-normalised; the default: a sum penalises "Not mentioned",
+#         two tokens with the Qwen tokenizer, against "Yes" and "No", one each);
+# "sum":  the option's whole probability (the rule before; kept for measurements);
+# "first": the first token only (what an engine's top log-probabilities give directly).
+OPTION_SCORES = ("mean", "sum", "first")
+
+
+def option_scores(token_logprobs: dict[str, list[float]], score: str = "mean") -> dict[str, float]:
+    """The options' log-probabilities under a scoring rule, normalised over the options
+    (exp sums to 1)."""
+    import math
+
+    if score not in OPTION_SCORES:
+        raise ValueError(f"unknown option score {score!r}: one of {', '.join(OPTION_SCORES)}")
+    raw = {}
+    for o, lps in token_logprobs.items():
+        if score == "sum":
+            raw[o] = sum(lps)
+        elif score == "first":
+            raw[o] = lps[0]
+        else:
+            raw[o] = sum(lps) / len(lps)
+    top = max(raw.values())
+    norm = math.log(sum(math.exp(v - top) for v in raw.values())) + top
+    return {o: v - norm for o, v in raw.items()}
+
+
+def choice_from_tokens(token_logprobs: dict[str, list[float]], score: str = "mean", **kw) -> "Choice":
+    """A Choice from per-option token log-probabilities (every engine's choose ends here,
+    so in-process and remote scoring agree by construction)."""
+    lp = option_scores(token_logprobs, score)
+    return Choice(option=max(lp, key=lp.get), logprobs=lp, token_logprobs=token_logprobs, score=score, **kw)
 
 
 @runtime_checkable
@@ -55,8 +95,9 @@ class Generator(Protocol):
         self, prompt_ids: list[int], *, max_tokens: int, on_text: Callable[[str], None] | None = None
     ) -> Generation: ...
 
-    # Optional: `choose(prompt_ids, options) -> Choice`. Engines without it are asked to
-    # generate a few tokens and the option is read from the text (ragkit.ask.ask_choice).
+    # Optional: `choose(prompt_ids, options, *, score="mean") -> Choice`: each option
+    # scored as the continuation of the prompt (OPTION_SCORES). Engines without it are asked
+    # to generate a few tokens and the option is read from the text (ragkit.ask.ask_choice).
 
 
 def _cpu_times() -> tuple[int, int] | None:

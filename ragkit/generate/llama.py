@@ -9,7 +9,7 @@ from typing import Callable
 
 from ragkit.config import GeneratorSettings, Settings
 from ragkit.errors import ModelNotFound
-from ragkit.generate.base import Choice, Generation, free_threads
+from ragkit.generate.base import Choice, Generation, choice_from_tokens, free_threads, option_scores
 from ragkit.models import resolve
 from ragkit.paths import chat_template_source
 
@@ -176,18 +176,21 @@ class LlamaCppGenerator:
 
     # ------------------------------------------------------------ choosing
 
-    def choose(self, prompt_ids: list[int], options: list[str]) -> Choice:
-        """Score each option as the continuation of the prompt: the log-probability of
-        its tokens, normalised over the options. Nothing is sampled, so a checklist
-        answer is always one of the options (a small model asked to "answer Yes, No or
-        Not mentioned" often writes all three), and the cost is the prompt's prefill plus
-        a token or two per option. The KV cache keeps the prompt for the next call."""
+    def choose(self, prompt_ids: list[int], options: list[str], *, score: str = "mean") -> Choice:
+        """Score each option as the continuation of the prompt, from the log-probability
+        of its tokens (`score`: "mean" per token, the default; "sum"; "first" token only;
+        see ragkit.generate.base.OPTION_SCORES), normalised over the options. Nothing is
+        sampled, so a checklist answer is always one of the options (a small model asked
+        to "answer Yes, No or Not mentioned" often writes all three), and the cost is the
+        prompt's prefill plus a token or two per option. The KV cache keeps the prompt for
+        the next call."""
         import numpy as np
 
         if self.vocab_only:
             raise RuntimeError("this generator was loaded for its vocabulary only")
         if not options:
             raise ValueError("choose needs at least one option")
+        option_scores({o: [0.0] for o in options}, score)  # an unknown rule fails before any work
         toks = {o: self.tokenize(o, special=False) for o in options}
         longest = max(len(t) for t in toks.values())
         if len(prompt_ids) + longest > self.n_ctx:
@@ -209,22 +212,14 @@ class LlamaCppGenerator:
         base = llm.n_tokens
         first = logprobs()
         ttft = time.perf_counter() - t0
-        raw: dict[str, float] = {}
+        per_token: dict[str, list[float]] = {}
         for option, ids in toks.items():
-            total = float(first[ids[0]])
-            for i in range(1, len(ids)):  # options that share their first token ("No" / "No mention")
+            lps = [float(first[ids[0]])]
+            for i in range(1, len(ids)):  # later tokens ("Not" -> " mentioned"), one at a time
                 llm.n_tokens = base + i - 1
                 llm.eval([ids[i - 1]])
-                total += float(logprobs()[ids[i]])
-            raw[option] = total
+                lps.append(float(logprobs()[ids[i]]))
+            per_token[option] = lps
         llm.n_tokens = base  # the cache now holds exactly the prompt, for the next call
-        top = max(raw.values())
-        norm = float(np.log(sum(np.exp(v - top) for v in raw.values()))) + top
-        return Choice(
-            option=max(raw, key=raw.get),
-            logprobs={o: v - norm for o, v in raw.items()},
-            prompt_tokens=len(prompt_ids),
-            cached_tokens=cached,
-            ttft_s=ttft,
-            total_s=time.perf_counter() - t0,
-        )
+        return choice_from_tokens(per_token, score, prompt_tokens=len(prompt_ids), cached_tokens=cached, ttft_s=ttft,
+                                  total_s=time.perf_counter() - t0)

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 from ragkit.config import Settings
 from ragkit.errors import RagkitError, UsageError
-from ragkit.generate.base import Generation
+from ragkit.generate.base import Choice, Generation, choice_from_tokens, option_scores
 
 # Placeholder key for engines started without one: the openai client refuses to build
 # without a key, and vLLM's and llama.cpp's docs use this value for keyless servers.
@@ -67,6 +67,12 @@ _PROMPT_NOT_IDS = re.compile(
 )
 
 _GENERATORS: dict[tuple, "OpenAICompatGenerator"] = {}
+# top log-probabilities asked per scored position (vLLM's default --max-logprobs is 20)
+TOP_LOGPROBS = 20
+
+
+class _NoLogprobs(Exception):
+    """The engine gives no log-probabilities (choose falls back to a short answer)."""
 
 
 @atexit.register
@@ -214,6 +220,7 @@ class OpenAICompatGenerator:
         self.n_ctx = cfg.n_ctx
         self.stream = stream
         self.mode = "ids"  # the prompt route: "ids" -> "text" -> "chat" (module docstring)
+        self.no_logprobs: str | None = None  # why choose cannot score on this engine, once learnt
         # the tokenizer, from the same GGUF, without weights
         self.tok = LlamaCppGenerator.from_settings(settings, vocab_only=True)
         self.chat_template = self.tok.chat_template
@@ -267,6 +274,8 @@ class OpenAICompatGenerator:
             response.read()
             if "validation error" in response.text.lower():
                 response.status_code = 422
+            elif "logprobs is not supported" in response.text.lower():  # started without --logits_all: not transient either
+                response.status_code = 400
 
     # ------------------------------------------------------------ tokens (local)
 
@@ -424,18 +433,25 @@ class OpenAICompatGenerator:
     # ------------------------------------------------------------ generation
 
     def generate(self, prompt_ids: list[int], *, max_tokens: int, on_text: Callable[[str], None] | None = None) -> Generation:
-        import openai
-
         if len(prompt_ids) + max_tokens > self.n_ctx:
             raise UsageError(f"prompt of {len(prompt_ids)} tokens + {max_tokens} new tokens exceeds n_ctx {self.n_ctx}")
+        gen, usage = self._on_routes(prompt_ids, max_tokens, lambda route: self._request(route, prompt_ids, max_tokens, on_text))
+        return self._finish(gen, usage, prompt_ids)
+
+    def _on_routes(self, prompt_ids: list[int], max_tokens: int, send: Callable[[str], Any], *, refuse: Callable | None = None) -> Any:
+        """`send(route)` on the negotiated route, moving to the next route on evidence
+        the engine does not support this one, and every other failure reported as a
+        RagkitError. `refuse(status, detail)`, when given, may return an exception to
+        raise instead of the generic one (choose: "this engine gives no log-probabilities")."""
+        import openai
+
         self._resolve_model()
         rejected: list[str] = []
         while True:
             route = self.mode
             before = self.attempts
             try:
-                gen, usage = self._request(route, prompt_ids, max_tokens, on_text)
-                break
+                return send(route)
             except openai.APIConnectionError as exc:  # APITimeoutError included; retried by the client
                 n = self.attempts - before
                 raise GeneratorUnreachable(
@@ -459,6 +475,8 @@ class OpenAICompatGenerator:
                              "llama-server -c, vLLM --max-model-len)",
                         prompt_tokens=len(prompt_ids), n_ctx=self.n_ctx,
                     ) from None
+                if refuse is not None and (mine := refuse(status, detail)) is not None:
+                    raise mine from None
                 rejected.append(f"{route}: HTTP {status}: {detail}")
                 nxt = next_route(route, status, detail)
                 if nxt is None:
@@ -473,7 +491,123 @@ class OpenAICompatGenerator:
                 self.mode = nxt
             except openai.APIError as exc:  # an error event inside the stream
                 raise RemoteGeneratorError(f"the generator at {self.base_url} failed: {_detail(exc)}") from None
-        return self._finish(gen, usage, prompt_ids)
+
+    # ------------------------------------------------------------ choosing
+
+    def choose(self, prompt_ids: list[int], options: list[str], *, score: str = "mean") -> Choice:
+        """Score each option as the continuation of the prompt, as the in-process engine
+        does (ragkit.generate.llama.LlamaCppGenerator.choose), from the engine's own
+        log-probabilities: one `/v1/completions` request with `max_tokens=1` and
+        `logprobs=TOP_LOGPROBS` per distinct prefix (the prompt; the prompt and "Not" for
+        "Not mentioned"), the option's next token read from the top log-probabilities
+        (llama-server, vLLM, SGLang; llama_cpp.server started with `--logits_all true`).
+
+        An engine that gives no log-probabilities (llama_cpp.server without logits_all,
+        an engine that serves only chat) is asked for a short answer instead and the
+        option read from it: the Choice says so (`scored=False`, `note`), and the
+        fallback is remembered for the life of the generator."""
+        if not options:
+            raise ValueError("choose needs at least one option")
+        option_scores({o: [0.0] for o in options}, score)  # an unknown rule fails before any request
+        toks = {o: self.tokenize(o, special=False) for o in options}
+        longest = max(len(t) for t in toks.values())
+        if len(prompt_ids) + longest > self.n_ctx:
+            raise ValueError(f"prompt of {len(prompt_ids)} tokens + {longest} option tokens exceeds n_ctx {self.n_ctx}")
+        t0 = time.perf_counter()
+        if self.no_logprobs is None and self.mode != "chat":
+            try:
+                return self._choose_scored(prompt_ids, toks, score, t0)
+            except _NoLogprobs as exc:
+                self.no_logprobs = str(exc)
+        elif self.no_logprobs is None:
+            self.no_logprobs = "it serves only chat completions, which score no continuation"
+        return self._choose_by_text(prompt_ids, options, t0)
+
+    def _choose_scored(self, prompt_ids: list[int], toks: dict[str, list[int]], score: str, t0: float) -> Choice:
+        # the prefixes whose next-token distribution is needed, shortest first
+        prefixes = sorted({tuple(ids[:i]) for ids in toks.values() for i in range(len(ids))}, key=len)
+        tops: dict[tuple, dict[str, float]] = {}
+        usage0: dict = {}
+        ttft = 0.0
+        for pre in prefixes:
+            tops[pre], usage = self._next_token_logprobs(list(prompt_ids) + list(pre))
+            if not pre:
+                usage0, ttft = usage, time.perf_counter() - t0
+        per_token: dict[str, list[float]] = {}
+        beyond: list[str] = []
+        for o, ids in toks.items():
+            lps = []
+            for i, t in enumerate(ids):
+                top = tops[tuple(ids[:i])]
+                piece = self._piece(t)
+                if piece in top:
+                    lps.append(top[piece])
+                else:  # below the engine's top-k: at most the k-th log-probability
+                    lps.append(min(top.values()))
+                    beyond.append(o)
+            per_token[o] = lps
+        details = usage0.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        ch = choice_from_tokens(per_token, score, prompt_tokens=int(usage0.get("prompt_tokens") or len(prompt_ids)),
+                                cached_tokens=int(cached or (usage0.get("_timings") or {}).get("cache_n") or 0),
+                                ttft_s=ttft, total_s=time.perf_counter() - t0)
+        if beyond:
+            ch.note = (f"{', '.join(dict.fromkeys(beyond))}: below the engine's top {TOP_LOGPROBS} log-probabilities, "
+                       "scored at the k-th (an upper bound)")
+        return ch
+
+    def _piece(self, token: int) -> str:
+        """A token's text as engines key their top log-probabilities by it."""
+        return self.tok.llm.detokenize([token], special=True).decode("utf-8", errors="ignore")
+
+    def _next_token_logprobs(self, ids: list[int]) -> tuple[dict[str, float], dict]:
+        """The engine's top log-probabilities for the token after `ids`, and its usage block."""
+        import openai
+
+        def send(route: str):
+            if route == "chat":
+                raise _NoLogprobs("it serves only chat completions, which score no continuation")
+            params = self._params(1)
+            params.pop("stream", None)
+            params.pop("stream_options", None)
+            params["temperature"] = 0.0
+            prompt = list(ids) if route == "ids" else self.prompt_text(ids)
+            answer = self.client.completions.create(prompt=prompt, logprobs=TOP_LOGPROBS, **params)
+            usage = answer.usage.model_dump(exclude_none=True) if getattr(answer, "usage", None) is not None else {}
+            timings = (getattr(answer, "model_extra", None) or {}).get("timings")
+            if isinstance(timings, dict):
+                usage["_timings"] = timings
+            lp = answer.choices[0].logprobs if answer.choices else None
+            top = (lp.top_logprobs or [None])[0] if lp is not None else None
+            if not top:
+                raise _NoLogprobs("it answered without log-probabilities")
+            return {str(k): float(v) for k, v in top.items()}, usage
+
+        def refuse(status: int, detail: str):
+            if re.search(r"logprob|logits_all", detail, re.I):
+                return _NoLogprobs(f"it refused log-probabilities: HTTP {status}: {detail}")
+            return None
+
+        if self.mode == "chat":
+            raise _NoLogprobs("it serves only chat completions, which score no continuation")
+        try:
+            out = self._on_routes(ids, 1, send, refuse=refuse)
+        except openai.APIError as exc:  # an answer the client could not read as a completion
+            raise _NoLogprobs(f"it answered without log-probabilities ({_detail(exc)})") from None
+        if self.mode == "chat":  # the completions route turned out missing
+            raise _NoLogprobs("it serves only chat completions, which score no continuation")
+        return out
+
+    def _choose_by_text(self, prompt_ids: list[int], options: list[str], t0: float) -> Choice:
+        from ragkit.ask import match_option
+
+        gen = self.generate(prompt_ids, max_tokens=8)
+        picked = match_option(gen.text, options)
+        return Choice(option=picked or "", logprobs={o: (0.0 if o == picked else float("-inf")) for o in options},
+                      prompt_tokens=gen.prompt_tokens, cached_tokens=gen.cached_tokens, ttft_s=gen.ttft_s,
+                      total_s=time.perf_counter() - t0, scored=False,
+                      note=f"not scored: the generator at {self.base_url} gives no log-probabilities ({self.no_logprobs}); "
+                           f"the option was read from its answer {gen.text.strip()[:40]!r}")
 
     def _finish(self, gen: Generation, usage: dict, prompt_ids: list[int]) -> Generation:
         timings = usage.pop("_timings", {}) if usage else {}

@@ -109,7 +109,7 @@ def content_words(text: str) -> set[str]:
     from ragkit.retrieve.bm25 import tokenize
 
     words = [w for w in tokenize(text) if (len(w) >= 3 and not w.isdigit()) or (w.isdigit() and len(w) >= 2)]
-    return set(_stem()(words))
+    return set(words)  # tokenize already stems with Snowball (stemming twice is not idempotent)
 
 
 def infer_source(answer: str, contexts: list[Context]) -> Context | None:

@@ -69,11 +69,18 @@ def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *
     selected, cands, whole = store.read_consistent(search)
     cands, whole = name_hits(cands, selected), (name_hits(whole, selected) if whole is not None else None)
     best_similarity = None
+    calibration = None
     if qvec is not None:
         top = store.query(qvec, 1, sorted({d.doc_id for d in selected}), all_live=not docs)
         best_similarity = top[0].score if top else 0.0
+        if rs.abstain_margin > 0:
+            from ragkit.retrieve.abstain import calibrate
+
+            calibration = calibrate(store, embedder, sorted({d.doc_id for d in selected}), all_live=not docs,
+                                    key=(str(settings.store_url or settings.store), settings.collection))
     if rs.reranker:
         cands = rerank(question, cands, rs.reranker, rs.rerank_candidates)
+    cands = rank_stages(question, qvec, cands, whole, embedder, settings)
     t1 = time.perf_counter()
     if generator is None:
         from ragkit.generate import load_generator
@@ -101,8 +108,25 @@ def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *
                              hint="raise generator.n_ctx, or name fewer documents per question")
     t2 = time.perf_counter()
     prompt.best_similarity = best_similarity
-    return Retrieval(question=question, prompt=prompt, docs=selected, abstain_reason=abstain_reason(prompt, settings),
+    return Retrieval(question=question, prompt=prompt, docs=selected, abstain_reason=abstain_reason(prompt, settings, calibration),
                      timings={"retrieve_s": t1 - t0, "prompt_s": t2 - t1})
+
+
+def rank_stages(question: str, qvec, cands: list[Hit], whole: list[Hit] | None, embedder, settings: Settings) -> list[Hit]:
+    """The ranking stages after hybrid search (ragkit/retrieve/rank.py): the best sentence
+    or heading of each candidate (over every chunk of the named documents when they are
+    small enough), then near-duplicates dropped."""
+    from ragkit.retrieve import rank
+
+    rs = settings.retrieve
+    if rs.unit_rank and cands:
+        pool = whole if (whole is not None and len(whole) <= rs.unit_pool_max) else cands
+        cands = rank.unit_rank(question, qvec, cands, pool, embedder, dense_weight=rs.unit_dense_weight,
+                               lexical_weight=rs.unit_lexical_weight, hybrid_weight=rs.unit_hybrid_weight,
+                               heading_weight=rs.unit_heading_weight, rrf_k=rs.rrf_k)
+    if rs.dedupe > 0:
+        cands, _ = rank.drop_near_duplicates(cands, rs.dedupe)
+    return cands
 
 
 def name_hits(hits: list[Hit], records: list[DocRecord]) -> list[Hit]:
@@ -122,16 +146,27 @@ def name_hits(hits: list[Hit], records: list[DocRecord]) -> list[Hit]:
     return out
 
 
-def abstain_reason(prompt: Prompt, settings: Settings) -> str | None:
+def abstain_reason(prompt: Prompt, settings: Settings, calibration=None) -> str | None:
     """Why to answer "The documents do not say." without generating, or None.
 
-    When nothing in the documents is about the question, a small model invents an answer
-    (measured: unanswerable questions scored 0.16-0.29 against the sample NDAs,
-    answerable ones 0.39-0.70), so below `retrieve.abstain_below` ragkit abstains."""
-    gate = settings.retrieve.abstain_below
+    When nothing in the documents is about the question, a small model invents an answer.
+    A cosine threshold does not carry across embedders (MiniLM and e5 score in different
+    ranges), so the gate reads the best source's score against what the same documents
+    score, with the same embedder, for questions about nothing in them
+    (`ragkit.retrieve.abstain.calibrate`): below `retrieve.abstain_margin` standard
+    deviations above their mean, ragkit abstains. `retrieve.abstain_below` adds an
+    absolute floor (off by default)."""
+    rs = settings.retrieve
     best = prompt.best_similarity
-    if gate > 0 and best is not None and best < gate:
-        return f"no source is relevant (best similarity {best:.2f} < {gate:.2f})"
+    if best is None:
+        return None
+    if calibration is not None and rs.abstain_margin > 0:
+        margin = calibration.margin(best)
+        if margin < rs.abstain_margin:
+            return (f"no source is relevant (best similarity {best:.2f} is {margin:.1f} sd above unrelated questions' "
+                    f"{calibration.mean:.2f}, under {rs.abstain_margin:g})")
+    if rs.abstain_below > 0 and best < rs.abstain_below:
+        return f"no source is relevant (best similarity {best:.2f} < {rs.abstain_below:.2f})"
     return None
 
 

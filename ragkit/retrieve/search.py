@@ -45,10 +45,11 @@ def dense_search(store, query_vec: list[float], docs: list[DocRecord], k: int, *
     searched on its own and the results interleaved by rank, so every named document is
     represented in the candidates."""
     doc_ids = sorted({d.doc_id for d in docs})
+    expect = {d.doc_id: d.n_chunks for d in docs}
     if len(doc_ids) <= 1 or not per_doc:
-        return store.query(query_vec, k, doc_ids)
+        return store.query(query_vec, k, doc_ids, expect=expect)
     per = max(2, -(-k // len(doc_ids)))
-    lists = [store.query(query_vec, per, [d]) for d in doc_ids]
+    lists = [store.query(query_vec, per, [d], expect=expect) for d in doc_ids]
     out: list[Hit] = []
     for rank in range(per):
         for lst in lists:
@@ -57,11 +58,11 @@ def dense_search(store, query_vec: list[float], docs: list[DocRecord], k: int, *
     return out
 
 
-def _get_hits(store, ids: list[str]) -> dict[str, Hit]:
+def _get_hits(store, ids: list[str], expect: dict[str, int] | None = None) -> dict[str, Hit]:
+    """Texts and metadata of chunks by id (the store's sidecars, else Chroma)."""
     if not ids:
         return {}
-    got = store.col.get(ids=ids, include=["documents", "metadatas"])
-    return {i: Hit(id=i, text=t, meta=m, score=0.0) for i, t, m in zip(got["ids"], got["documents"], got["metadatas"])}
+    return store.hits(ids, expect)
 
 
 def hybrid_search(
@@ -86,25 +87,22 @@ def hybrid_search(
     groups = [[d] for d in docs] if (per_doc and len(docs) > 1) else [docs]
     all_live = not per_doc and all_docs
     per = k if len(groups) == 1 else max(2, -(-k // len(groups)))
+    expect = {d.doc_id: d.n_chunks for d in docs}
     fused_lists: list[list[Hit]] = []
     for group in groups:
         doc_ids = sorted({d.doc_id for d in group})
         rankings: list[list[str]] = []
         weights: list[float] = []
-        dense: list[Hit] = []
         if mode in ("hybrid", "dense") and query_vec is not None:
-            dense = store.query(query_vec, per, doc_ids, all_live=all_live)
-            rankings.append([h.id for h in dense])
+            rankings.append([i for i, _ in store.query_ids(query_vec, per, doc_ids, all_live=all_live, expect=expect)])
             weights.append(1.0)
-        lex: list[tuple[str, float]] = []
         if mode in ("hybrid", "bm25") and lexical is not None:
             lex = lexical.search(query, per, None if all_live else doc_ids)
             rankings.append([i for i, _ in lex])
             weights.append(bm25_weight)
+        # fuse the ids first, then fetch the texts of the `per` that are kept (and no more)
         fused = rrf(rankings, rrf_k, weights)[:per]
-        known = {h.id: h for h in dense}
-        missing = [i for i, _ in fused if i not in known]
-        known.update(_get_hits(store, missing))
+        known = _get_hits(store, [i for i, _ in fused], expect)
         out = []
         for i, score in fused:
             h = known.get(i)

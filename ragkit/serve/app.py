@@ -400,10 +400,20 @@ def sources_text(result) -> str:
     return SOURCES_HEAD + "\n".join(lines)
 
 
+def claims_json(result) -> list[dict]:
+    """The answer's claims, each with the source sentence(s) that support it (empty for an
+    abstention); `supported: false` marks a claim no source sentence supports."""
+    return [c.to_json() for c in getattr(result, "claims", [])]
+
+
+UNSUPPORTED_NOTE = "\n\n(No claim of this answer is supported by the sources.) The documents do not say."
+
+
 def ragkit_json(result) -> dict:
     return {
         "abstained": result.abstained,
         "abstain_reason": result.abstain_reason,
+        "unsupported_answer": getattr(result, "unsupported_answer", None),
         "invalid_citations": list(result.invalid_citations),
         "mode": result.prompt.mode,
         "contexts": [{"n": c.n, "doc": c.doc, "doc_id": c.doc_id, "page": c.page_start, "page_end": c.page_end,
@@ -687,6 +697,7 @@ def create_app(settings: Settings, *, token: str | None = None, max_queue: int =
                          "finish_reason": finish_reason(result), "logprobs": None}],
             "usage": usage_json(result),
             "citations": [citation_json(c, by_n) for c in result.citations],
+            "claims": claims_json(result),
             "ragkit": ragkit_json(result),
         }
 
@@ -713,12 +724,15 @@ def create_app(settings: Settings, *, token: str | None = None, max_queue: int =
                         yield chunk({"content": value})
                 elif kind == "done":
                     result = value
+                    if getattr(result, "unsupported_answer", None):
+                        # the streamed text made claims no source supports: say so after it
+                        yield chunk({"content": UNSUPPORTED_NOTE})
                     tail = sources_text(result)
                     if tail:
                         yield chunk({"content": tail})
                     by_n = {c.n: c for c in result.prompt.contexts}
                     yield chunk({}, finish_reason(result), citations=[citation_json(c, by_n) for c in result.citations],
-                                ragkit=ragkit_json(result))
+                                claims=claims_json(result), ragkit=ragkit_json(result))
                     if include_usage:
                         yield "data: " + json.dumps({**base, "choices": [], "usage": usage_json(result)}) + "\n\n"
                     yield "data: [DONE]\n\n"

@@ -246,9 +246,13 @@ function renderAnswer(text) {
   $("sources-block").hidden = !sources;
 }
 
-function renderWarnings(meta, citations) {
+function renderWarnings(meta, citations, claims) {
   const box = $("ask-warning");
   const msgs = [];
+  const unsupported = (claims || []).filter((c) => !c.supported).length;
+  if (unsupported && !(meta && meta.unsupported_answer)) {
+    msgs.push(`${unsupported} of ${claims.length} claims are not supported by any source sentence (marked below): do not rely on them.`);
+  }
   if (meta && meta.abstained) {
     msgs.push("The documents do not answer this question" + (meta.abstain_reason ? ` (${meta.abstain_reason})` : "") + ".");
   }
@@ -260,6 +264,33 @@ function renderWarnings(meta, citations) {
   }
   box.replaceChildren(...msgs.map((m) => el("p", { text: m })));
   box.hidden = msgs.length === 0;
+}
+
+function renderClaims(claims) {
+  // each claim of the answer with the source sentence that supports it; a claim no source
+  // sentence supports is marked "not supported" (never shown as if it were cited)
+  const list = $("claims");
+  list.replaceChildren();
+  claims = claims || [];
+  $("claims-heading").hidden = !claims.length;
+  for (const c of claims) {
+    const li = el("li", { class: "claim " + (c.supported ? "supported" : "unsupported") },
+      el("span", { class: "claim-text", text: c.text }),
+      el("span", { class: "badge", text: c.supported ? "supported" : "not supported by the sources" }));
+    if (c.flagged_markers && c.flagged_markers.length) {
+      li.append(el("span", { class: "badge flagged", text: "cites " + c.flagged_markers.map((n) => "[" + n + "]").join(", ") + ", which does not say this" }));
+    }
+    if (c.missing_figures && c.missing_figures.length) {
+      li.append(el("span", { class: "where", text: " (not in the sources: " + c.missing_figures.join(", ") + ")" }));
+    }
+    for (const s of c.citations || []) {
+      const where = `[${s.n}] ${s.doc}${locText(s.page, s.section) ? " · " + locText(s.page, s.section) : ""}${s.inferred ? " (inferred)" : ""}`;
+      const link = el("button", { type: "button", class: "link where", text: where });
+      link.addEventListener("click", () => openViewer({ doc_id: s.doc_id, doc: s.doc, page: s.page, section: s.section, quote: s.quote }));
+      li.append(el("blockquote", {}, el("span", { text: "“" + s.quote + "” " }), link));
+    }
+    list.append(li);
+  }
 }
 
 function renderChips(citations) {
@@ -290,12 +321,14 @@ async function ask(question) {
   $("answer").setAttribute("aria-busy", "true");
   renderAnswer("");
   renderChips([]);
+  renderClaims([]);
   renderWarnings(null, null);
   $("answer").textContent = "…";
   const body = { model: "ragkit", messages: [{ role: "user", content: question }], stream: true };
   if (state.checked.size) body.docs = [...state.checked];
   let text = "";
   let citations = [];
+  let claims = [];
   let meta = null;
   try {
     const res = await api("/v1/chat/completions", {
@@ -323,12 +356,14 @@ async function ask(question) {
         const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
         if (delta && delta.content) { text += delta.content; renderAnswer(text); }
         if (Array.isArray(chunk.citations)) citations = chunk.citations;
+        if (Array.isArray(chunk.claims)) claims = chunk.claims;
         if (chunk.ragkit) meta = chunk.ragkit;
       }
     }
     renderAnswer(text);
     renderChips(citations);
-    renderWarnings(meta, citations);
+    renderClaims(claims);
+    renderWarnings(meta, citations, claims);
     if (!text) $("answer").textContent = "(no answer)";
   } catch (e) {
     if (e.name === "AbortError") renderAnswer(text + (text ? "\n\n" : "") + "[stopped]");

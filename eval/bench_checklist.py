@@ -1,0 +1,201 @@
+"""Benchmark: checklist labels on ContractNLI rendered8 (a script that prints figures, not a test).
+
+    .venv/bin/python eval/bench_checklist.py --store /tmp/cnli-store --cache runs/bench-checklist.jsonl
+    .venv/bin/python eval/bench_checklist.py ... --model qwen2.5-coder-1.5b   # another generator
+
+Each item is asked once through `ragkit.compare.check_item` (the path `ragkit compare`
+and `ragkit eval run` take), and what the decision is made from is kept per item: the
+options' token log-probabilities on the quoted clause, those on the empty clause (the
+calibration prior), and the evidence features of the quote (`ragkit.compare.evidence`).
+The variants below are then decided from the same records, so they differ only in the
+rule, not in the run:
+
+- option score: "sum" (the rule before: the whole option's probability), "mean" (per
+  token), "first" (first token only);
+- calibrated or not (contextual calibration on an empty clause);
+- Not mentioned from the model, or from the evidence (`compare.not_mentioned`): below the
+  thresholds the label is Not mentioned, above them the model chooses Yes or No.
+
+The thresholds are fitted on the tune NDAs and reported on the other NDAs (--tune), so
+the held-out figures are not fitted to themselves. The store is built (the 8 rendered
+PDFs ingested) when it does not exist; records are appended to --cache and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from pathlib import Path
+
+import ragkit  # noqa: F401  (offline switches)
+from ragkit.eval.metrics import nli_scores
+
+ROOT = Path(__file__).resolve().parents[1]
+NLI = {"Yes": "Entailment", "No": "Contradiction", "Not mentioned": "NotMentioned"}
+TUNE = ("cnli_dev_019.pdf", "cnli_dev_054.pdf", "cnli_dev_440.pdf", "cnli_dev_547.pdf")
+
+
+def collect(args) -> list[dict]:
+    from ragkit.compare import _PRIORS, check_item, load_checklist
+    from ragkit.config import load_settings
+    from ragkit.eval.sets import load_set
+
+    gen = {"model": args.model} if args.model else {}
+    settings = load_settings(store=Path(args.store), generator=gen)
+    if not Path(args.store).exists():
+        from ragkit.ingest import ingest
+
+        ingest(sorted(Path(args.corpus).glob("*.pdf")), settings)
+    checklist = {i.id: i for i in load_checklist("nda")[1] if i.hypothesis}
+    cache = Path(args.cache)
+    done = {}
+    if cache.exists():
+        for line in cache.read_text().splitlines():
+            rec = json.loads(line)
+            done[rec["id"]] = rec
+    items = [it for it in load_set(Path(args.set)) if not args.docs or it.doc in args.docs]
+    out = []
+    with cache.open("a") as f:
+        for k, it in enumerate(items, 1):
+            if it.id in done:
+                out.append(done[it.id])
+                continue
+            check = next(checklist[t] for t in it.tags if t in checklist)
+            t0 = time.perf_counter()
+            finding, r = check_item(it.doc, check, settings)
+            prior = next((v for key, v in _PRIORS.items() if key[0] == check.id), None)
+            rec = {
+                "id": it.id, "doc": it.doc, "item": check.id, "gold": it.label, "model": settings.generator.model,
+                "abstained": bool(r.abstained), "tokens": r.choice.token_logprobs if r.choice else None,
+                "prior": prior, "evidence": finding.evidence, "quote": finding.quote, "label": finding.label,
+                "seconds": round(time.perf_counter() - t0, 2),
+            }
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            out.append(rec)
+            print(f"  [{k}/{len(items)}] {it.id}: {finding.label} (gold {it.label}) {rec['seconds']} s", flush=True)
+    return out
+
+
+def recompute_evidence(recs: list[dict], args) -> None:
+    from types import SimpleNamespace
+
+    from ragkit.compare import evidence, load_checklist
+    from ragkit.config import load_settings
+    from ragkit.embed import load_embedder
+    from ragkit.retrieve.search import resolve_docs
+    from ragkit.store import open_store
+
+    settings = load_settings(store=Path(args.store))
+    docs = open_store(settings, load_embedder(settings), create=False).documents()
+    checklist = {i.id: i for i in load_checklist("nda")[1] if i.hypothesis}
+    for rec in recs:
+        (doc,) = resolve_docs(docs, [rec["doc"]])
+        ctx = [SimpleNamespace(doc_id=doc.doc_id, text="")]
+        rec["evidence"] = evidence(checklist[rec["item"]], ctx, rec["quote"], settings)
+
+
+def decide(rec: dict, score: str, calibrate: bool, z: float | None, cov: float | None, no_min: float = 0.5,
+           sup: float = 0.0) -> str | None:
+    """The label the rule gives a record (the same arithmetic as ragkit.compare.check_item)."""
+    import math
+
+    from ragkit.compare import calibrated
+    from ragkit.generate.base import option_scores
+
+    if rec["abstained"] or not rec["tokens"]:
+        return "NotMentioned"
+    ev = rec["evidence"] or {}
+    if z is not None and ev.get("z") is not None and (
+            ev["z"] < z or (ev.get("coverage") or 0.0) < cov or (ev.get("support") or 0.0) < sup):
+        return "NotMentioned"
+    toks = rec["tokens"]
+    prior = rec["prior"] if calibrate else None
+    if z is not None:  # on point: the model chooses Yes or No
+        toks = {o: v for o, v in toks.items() if o != "Not mentioned"}
+        prior = {o: v for o, v in prior.items() if o != "Not mentioned"} if prior else None
+    lp = option_scores(toks, score)
+    if prior:
+        lp = calibrated(lp, option_scores(prior, score))
+    if z is not None:
+        return "Contradiction" if math.exp(lp["No"]) >= no_min else "Entailment"
+    return NLI[max(lp, key=lp.get)]
+
+
+def scores(recs: list[dict], **rule) -> dict:
+    return nli_scores([r["gold"] for r in recs], [decide(r, **rule) for r in recs])
+
+
+def line(name: str, s: dict) -> str:
+    f1 = {c: s["per_class"][c]["f1"] for c in ("Entailment", "Contradiction", "NotMentioned")}
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    return (f"{name:<44} n={s['n']:<3} acc {fmt(s['accuracy'])}  macroF1 {fmt(s['macro_f1'])}  "
+            f"F1 E {fmt(f1['Entailment'])} C {fmt(f1['Contradiction'])} NM {fmt(f1['NotMentioned'])}  "
+            f"(majority {fmt(s['majority_accuracy'])})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--store", required=True, help="store with the rendered ContractNLI PDFs (built when missing)")
+    ap.add_argument("--corpus", default=str(ROOT.parent / "shared" / "corpora" / "contractnli-dev" / "rendered"))
+    ap.add_argument("--set", default=str(ROOT / "eval" / "sets" / "contractnli-rendered8.jsonl"))
+    ap.add_argument("--cache", required=True, help="per-item records (jsonl), appended and reused")
+    ap.add_argument("--model", default=None, help="generator.model (default: the settings' default)")
+    ap.add_argument("--docs", nargs="*", default=None, help="only these NDAs (default: all)")
+    ap.add_argument("--cached-only", action="store_true", help="report on the cached records only (no generation)")
+    ap.add_argument("--recompute-evidence", action="store_true",
+                    help="recompute the evidence features of cached records with the current code (no generation)")
+    ap.add_argument("--rule", nargs=4, type=float, default=None, metavar=("Z", "COVERAGE", "SUPPORT", "NO_MIN"),
+                    help="also report this rule (compare.on_point_z, on_point_coverage, on_point_support, no_min_confidence)")
+    ap.add_argument("--tune", nargs="*", default=list(TUNE), help="NDAs the thresholds are fitted on")
+    args = ap.parse_args()
+    if args.cached_only:
+        recs = [json.loads(x) for x in Path(args.cache).read_text().splitlines()]
+        recs = list({r["id"]: r for r in recs}.values())
+        recs = [r for r in recs if not args.docs or r["doc"] in args.docs]
+    else:
+        recs = collect(args)
+    if args.recompute_evidence:
+        recompute_evidence(recs, args)
+    model = {r["model"] for r in recs}
+    tune = [r for r in recs if r["doc"] in args.tune]
+    held = [r for r in recs if r["doc"] not in args.tune]
+    print(f"\nmodel {', '.join(sorted(model))}; tune: {len(tune)} items ({', '.join(sorted({r['doc'] for r in tune}))}); "
+          f"held out: {len(held)} items ({', '.join(sorted({r['doc'] for r in held}))})")
+    grid_z = [-9.0, 0.0, 0.5, 1.0]
+    grid_c = [0.0, 0.1, 0.2]
+    grid_s = [0.0, 0.35, 0.4, 0.425, 0.45, 0.475, 0.5, 0.55]
+    for name, part in (("tune", tune), ("held out", held), ("all", recs)):
+        if not part:
+            continue
+        print(f"\n== {name} ==")
+        for score, cal in itertools.product(("sum", "mean", "first"), (False, True)):
+            print(line(f"{score}, {'calibrated' if cal else 'raw'}, NM from model", scores(part, score=score, calibrate=cal, z=None, cov=None)))
+    # the evidence thresholds: fitted on tune (macro F1), then applied unchanged
+    grid_no = [0.5, 0.55, 0.6, 0.7, 1.01]  # P(No) a No label needs on an on-point quote (1.01: never No)
+    print("\n== NM from the evidence (thresholds fitted on tune, macro F1) ==")
+    for score, cal in itertools.product(("sum", "mean", "first"), (False, True)):
+        fits = [(scores(tune, score=score, calibrate=cal, z=z, cov=c, no_min=n, sup=u)["macro_f1"] or 0.0, z, c, n, u)
+                for z in grid_z for c in grid_c for n in grid_no for u in grid_s]
+        f, z, c, n, u = max(fits)
+        for name, part in (("tune", tune), ("held out", held)):
+            if part:
+                print(line(f"{name}: {score}, {'cal' if cal else 'raw'}, z>={z}, cov>={c}, sup>={u}, No>={n}",
+                           scores(part, score=score, calibrate=cal, z=z, cov=c, no_min=n, sup=u)))
+    if args.rule:
+        z, c, u, n = args.rule
+        print("\n== the rule given (--rule Z COVERAGE SUPPORT NO_MIN) ==")
+        for score in ("sum", "mean"):
+            for cal in (False, True):
+                for name, part in (("tune", tune), ("held out", held), ("all", recs)):
+                    if part:
+                        print(line(f"{name}: {score}, {'cal' if cal else 'raw'}, z>={z}, cov>={c}, sup>={u}, No>={n}",
+                                   scores(part, score=score, calibrate=cal, z=z, cov=c, no_min=n, sup=u)))
+    secs = [r["seconds"] for r in recs]
+    print(f"\nseconds per item (collection, shared cores): median {sorted(secs)[len(secs) // 2]:.1f}, total {sum(secs):.0f}")
+
+
+if __name__ == "__main__":
+    main()

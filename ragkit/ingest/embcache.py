@@ -1,0 +1,54 @@
+"""Embed each text once: a content-addressed embedding cache kept in the chunk records.
+
+Key: sha256 of the embedder's identity (name and dimension) and the exact text it
+embeds (`Chunk.embed_text()`); value: the vector. The key is stored as the chunk
+record's `text_hash` metadata, so the cache IS the chunk collection: a vector and the
+text it was computed from are one record, written by one upsert, and there is no second
+store that a killed ingest could leave out of step with the first (nor a second index
+to write). A new chunk whose text hash is already in the store takes that record's
+vector (`ChromaStore.vectors_by_text_hash`); only the rest go to the embedder.
+
+Why not a separate cache (a sqlite file of hash -> vector)? It would need its own
+crash story (a vector written, its text not, or the reverse), its own eviction, and a
+second copy of every vector; and it would not follow the store to a Chroma server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Callable
+
+
+def identity(embedder) -> str:
+    """What makes two vectors of the same text interchangeable: the model and its size."""
+    return f"{embedder.name}\x00{int(embedder.dim)}"
+
+
+def text_hash(ident: str, text: str) -> str:
+    return hashlib.sha256(f"{ident}\x00{text}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def embed_with_cache(
+    texts: list[str],
+    hashes: list[str],
+    lookup: Callable[[list[str]], dict[str, list[float]]],
+    embed: Callable[[list[str]], list[list[float]]],
+) -> tuple[list[list[float]], int, float]:
+    """Vectors for `texts` (hashed as `hashes`): from `lookup` where the store has them,
+    each distinct remaining text embedded once. Returns (vectors, texts embedded,
+    seconds spent in lookup)."""
+    import time
+
+    t0 = time.perf_counter()
+    found = lookup(hashes) if hashes else {}
+    t_lookup = time.perf_counter() - t0
+    todo: dict[str, str] = {}  # hash -> text, first occurrence, in document order
+    for h, t in zip(hashes, texts):
+        if h not in found and h not in todo:
+            todo[h] = t
+    if todo:
+        vecs = embed(list(todo.values()))
+        if len(vecs) != len(todo):
+            raise RuntimeError(f"the embedder returned {len(vecs)} vectors for {len(todo)} texts")
+        found = {**found, **dict(zip(todo.keys(), vecs))}
+    return [found[h] for h in hashes], len(todo), t_lookup

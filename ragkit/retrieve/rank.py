@@ -1,0 +1,180 @@
+"""Ranking stages after hybrid search, at query time (nothing extra is stored at ingest).
+
+- **Retrieve small, return whole** (`unit_rank`): each candidate chunk is cut into its
+  heading and its sentences / list items; the question is scored against every unit by
+  the embedder (cosine) and by words (stemmed, IDF-weighted over the candidates), and a
+  chunk ranks by its best unit beside its hybrid rank (reciprocal rank fusion). The match
+  is precise (one sentence, or the heading "Return or Destruction" of a clause whose body
+  says "deliver up") and the source returned is the whole chunk. With named documents
+  that are small enough, every chunk of them is a candidate, not only the hybrid top-k.
+- **Diversity** (`drop_near_duplicates`): a candidate whose words are almost all those of
+  a better-ranked one (running text repeated across quarterly filings, a table printed
+  twice) is dropped before packing, so the budget is not spent twice.
+
+Unit vectors are cached in process by text (a checklist asks one document many
+questions; a conversation asks again), so a document's units are embedded once.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import OrderedDict
+
+from ragkit.store import Hit
+
+# sentence ends, list items "(a) ...", and line breaks; a unit shorter than a few words
+# is joined to the next (a lone "(b)" or "Section 5." says nothing)
+_UNIT = re.compile(r"(?<=[.;:!?])\s+(?=[\"“(A-Z0-9])|\s+(?=\((?:[a-z]{1,3}|[ivx]{1,5}|\d{1,2})\)\s)|\n+")
+MIN_UNIT_WORDS = 4
+MAX_UNITS_PER_CHUNK = 40
+
+_VEC_CACHE: "OrderedDict[tuple[str, str], list[float]]" = OrderedDict()
+_VEC_CACHE_MAX = 50_000
+
+
+def units(text: str) -> list[str]:
+    """Sentences and list items of a chunk, short pieces merged into the next."""
+    out: list[str] = []
+    carry = ""
+    for piece in _UNIT.split(text):
+        piece = piece.strip()
+        if not piece:
+            continue
+        piece = f"{carry} {piece}".strip() if carry else piece
+        if len(piece.split()) < MIN_UNIT_WORDS:
+            carry = piece
+            continue
+        carry = ""
+        out.append(piece)
+    if carry:
+        if out:
+            out[-1] = f"{out[-1]} {carry}"
+        else:
+            out.append(carry)
+    return out[:MAX_UNITS_PER_CHUNK]
+
+
+def _leaf(section: str | None) -> str:
+    return (section or "").rsplit(" > ", 1)[-1].strip()
+
+
+def _vectors(embedder, texts: list[str]) -> list[list[float]]:
+    """Document-side vectors for `texts`, from the process cache where they are known."""
+    key = getattr(embedder, "name", type(embedder).__name__)
+    missing = list(dict.fromkeys(t for t in texts if (key, t) not in _VEC_CACHE))
+    if missing:
+        for t, v in zip(missing, embedder.embed_documents(missing)):
+            _VEC_CACHE[(key, t)] = v
+        while len(_VEC_CACHE) > _VEC_CACHE_MAX:
+            _VEC_CACHE.popitem(last=False)
+    out = []
+    for t in texts:
+        v = _VEC_CACHE[(key, t)]
+        _VEC_CACHE.move_to_end((key, t))
+        out.append(v)
+    return out
+
+
+def _rrf_scores(rankings: list[tuple[list[str], float]], k: int) -> dict[str, float]:
+    scores: dict[str, float] = {}
+    for ranking, w in rankings:
+        for r, cid in enumerate(ranking, 1):
+            scores[cid] = scores.get(cid, 0.0) + w / (k + r)
+    return scores
+
+
+def unit_rank(question: str, qvec: list[float] | None, ranked: list[Hit], pool: list[Hit], embedder, *,
+              dense_weight: float = 1.0, lexical_weight: float = 0.5, hybrid_weight: float = 1.0,
+              heading_weight: float = 0.5, rrf_k: int = 60) -> list[Hit]:
+    """Rank `pool` (candidate chunks; `ranked` is the hybrid order, a subset of it) by the
+    best-matching unit of each chunk, fused with the hybrid rank. Returns the pool best
+    first, each Hit scored by the fused score."""
+    import numpy as np
+
+    from ragkit.retrieve.bm25 import tokenize
+
+    if not pool:
+        return ranked
+    by_id = {h.id: h for h in pool}
+    for h in ranked:
+        by_id.setdefault(h.id, h)
+    hits = list(by_id.values())
+    chunk_units: list[list[str]] = []
+    heads: list[str] = []
+    for h in hits:
+        heads.append(_leaf(h.meta.get("section")))
+        chunk_units.append(units(h.text) or [h.text])
+
+    # words: IDF over the pool's units and headings, each unit scored by the IDF mass of
+    # the question's words it holds (a heading counts `heading_weight` times)
+    qwords = set(tokenize(question))
+    unit_words = [[set(tokenize(u)) for u in us] for us in chunk_units]
+    head_words = [set(tokenize(hd)) for hd in heads]
+    df: dict[str, int] = {}
+    n_units = 0
+    for us, hw in zip(unit_words, head_words):
+        for ws in us + [hw]:
+            n_units += 1
+            for w in ws & qwords:
+                df[w] = df.get(w, 0) + 1
+    idf = {w: math.log(1 + (n_units - df.get(w, 0) + 0.5) / (df.get(w, 0) + 0.5)) for w in qwords}
+    total = sum(idf.values()) or 1.0
+
+    def lex(ws: set[str]) -> float:
+        return sum(idf[w] for w in ws & qwords) / total
+
+    lex_scores = []
+    for us, hw in zip(unit_words, head_words):
+        best = max((lex(ws) for ws in us), default=0.0)
+        lex_scores.append(best + heading_weight * lex(hw))
+
+    rankings: list[tuple[list[str], float]] = []
+    order = sorted(range(len(hits)), key=lambda i: -lex_scores[i])
+    rankings.append(([hits[i].id for i in order if lex_scores[i] > 0], lexical_weight))
+    if qvec is not None and dense_weight > 0:
+        flat: list[str] = []
+        owner: list[int] = []
+        for i, (us, hd) in enumerate(zip(chunk_units, heads)):
+            for u in us:
+                flat.append(f"{hd}\n{u}" if hd else u)  # the unit in its clause's name, as chunks are embedded
+                owner.append(i)
+        vecs = np.asarray(_vectors(embedder, flat), dtype=np.float32)
+        sims = vecs @ np.asarray(qvec, dtype=np.float32)
+        best = np.full(len(hits), -1.0, dtype=np.float32)
+        np.maximum.at(best, np.asarray(owner), sims)
+        order = sorted(range(len(hits)), key=lambda i: -float(best[i]))
+        rankings.append(([hits[i].id for i in order], dense_weight))
+    rankings.append(([h.id for h in ranked], hybrid_weight))
+    fused = _rrf_scores(rankings, rrf_k)
+    out = sorted(hits, key=lambda h: -fused.get(h.id, 0.0))
+    return [Hit(id=h.id, text=h.text, meta=h.meta, score=fused.get(h.id, 0.0)) for h in out]
+
+
+def _shingles(text: str, n: int = 3) -> set[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    if len(words) < n:
+        return {tuple(words)} if words else set()
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def drop_near_duplicates(hits: list[Hit], threshold: float = 0.9) -> tuple[list[Hit], int]:
+    """Keep the first of each group of near-duplicates: a hit is dropped when at least
+    `threshold` of its word 3-grams occur in one better-ranked kept hit (containment, so a
+    shorter repeat of a longer passage is dropped too). Written here: the candidates are a
+    few dozen, so exact containment over word 3-grams is cheap and needs no MinHash
+    library. Returns the kept hits and how many were dropped."""
+    if threshold <= 0:
+        return hits, 0
+    kept: list[Hit] = []
+    sets: list[set] = []
+    dropped = 0
+    for h in hits:
+        s = _shingles(h.text)
+        dup = bool(s) and any(len(s & k) >= threshold * len(s) for k in sets)
+        if dup:
+            dropped += 1
+            continue
+        kept.append(h)
+        sets.append(s)
+    return kept, dropped
