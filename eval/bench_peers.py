@@ -248,9 +248,11 @@ def main() -> None:
     except OSError:
         load = None
     print(f"corpus: {len(pdfs)} PDFs in {args.docs}; embedder all-MiniLM-L6-v2 at {model_dir}; work dir {work}")
-    print(f"machine: {os.cpu_count()} CPUs, load average at start {load}; each side run once under nice -n {args.nice}. "
-          "The CPUs were shared with other work (a test suite), so the times are loaded-machine figures, "
-          "not clean ones; the ratio is the more telling number.", flush=True)
+    busy = load is not None and load[0] > 0.5 * (os.cpu_count() or 1)
+    print(f"machine: {os.cpu_count()} CPUs, load average at start {tuple(round(x, 2) for x in load) if load else None}; "
+          f"each side run once under nice -n {args.nice}."
+          + (" Other work was running (1-minute load above half the CPUs), so the times are loaded-machine "
+             "figures; the ratio is the more telling number." if busy else ""), flush=True)
 
     run = [s.strip() for s in args.sides.split(",") if s.strip()]
     proc: dict[str, float | None] = {}
