@@ -72,6 +72,20 @@ def option_scores(token_logprobs: dict[str, list[float]], score: str = "mean") -
     return {o: v - norm for o, v in raw.items()}
 
 
+def option_tokens(gen, prompt_ids: list[int], options: list[str], score: str) -> dict[str, list[int]]:
+    """What every engine's `choose` checks before any work: options given, a known
+    scoring rule, and room in the window for the prompt plus the longest option.
+    Returns each option's tokens."""
+    if not options:
+        raise ValueError("choose needs at least one option")
+    option_scores({o: [0.0] for o in options}, score)  # an unknown rule fails here
+    toks = {o: gen.tokenize(o, special=False) for o in options}
+    longest = max(len(t) for t in toks.values())
+    if len(prompt_ids) + longest > gen.n_ctx:
+        raise ValueError(f"prompt of {len(prompt_ids)} tokens + {longest} option tokens exceeds n_ctx {gen.n_ctx}")
+    return toks
+
+
 def choice_from_tokens(token_logprobs: dict[str, list[float]], score: str = "mean", **kw) -> "Choice":
     """A Choice from per-option token log-probabilities (every engine's choose ends here,
     so in-process and remote scoring agree by construction)."""

@@ -9,7 +9,7 @@ from typing import Callable
 
 from ragkit.config import GeneratorSettings, Settings
 from ragkit.errors import ModelNotFound
-from ragkit.generate.base import Choice, Generation, choice_from_tokens, free_threads, option_scores
+from ragkit.generate.base import Choice, Generation, choice_from_tokens, free_threads, option_tokens
 from ragkit.models import resolve
 from ragkit.paths import chat_template_source
 
@@ -188,13 +188,7 @@ class LlamaCppGenerator:
 
         if self.vocab_only:
             raise RuntimeError("this generator was loaded for its vocabulary only")
-        if not options:
-            raise ValueError("choose needs at least one option")
-        option_scores({o: [0.0] for o in options}, score)  # an unknown rule fails before any work
-        toks = {o: self.tokenize(o, special=False) for o in options}
-        longest = max(len(t) for t in toks.values())
-        if len(prompt_ids) + longest > self.n_ctx:
-            raise ValueError(f"prompt of {len(prompt_ids)} tokens + {longest} option tokens exceeds n_ctx {self.n_ctx}")
+        toks = option_tokens(self, prompt_ids, options, score)
         llm = self.llm
         cached = self.cached_prefix(prompt_ids)
         t0 = time.perf_counter()

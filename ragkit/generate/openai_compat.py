@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 from ragkit.config import Settings
 from ragkit.errors import RagkitError, UsageError
-from ragkit.generate.base import Choice, Generation, choice_from_tokens, option_scores
+from ragkit.generate.base import Choice, Generation, choice_from_tokens, option_tokens
 
 # Placeholder key for engines started without one: the openai client refuses to build
 # without a key, and vLLM's and llama.cpp's docs use this value for keyless servers.
@@ -506,13 +506,7 @@ class OpenAICompatGenerator:
         an engine that serves only chat) is asked for a short answer instead and the
         option read from it: the Choice says so (`scored=False`, `note`), and the
         fallback is remembered for the life of the generator."""
-        if not options:
-            raise ValueError("choose needs at least one option")
-        option_scores({o: [0.0] for o in options}, score)  # an unknown rule fails before any request
-        toks = {o: self.tokenize(o, special=False) for o in options}
-        longest = max(len(t) for t in toks.values())
-        if len(prompt_ids) + longest > self.n_ctx:
-            raise ValueError(f"prompt of {len(prompt_ids)} tokens + {longest} option tokens exceeds n_ctx {self.n_ctx}")
+        toks = option_tokens(self, prompt_ids, options, score)
         t0 = time.perf_counter()
         if self.no_logprobs is None and self.mode != "chat":
             try:
