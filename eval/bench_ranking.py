@@ -62,6 +62,8 @@ METHODS: dict[str, dict] = {
     "hybrid_only": {"unit_rank": False, "dedupe": 0.0},  # the new tokenizer and heading field alone
     "units_dense": {"unit_dense_weight": 1.0},  # + the best unit by the embedder (units embedded at query time)
     "no_dedupe": {"dedupe": 0.0},
+    "raw_query": {"search_instructions": True},
+    "no_opening": {"opening_first": False},  # no first-chunk rule for title / parties / date questions  # search with the question as asked, instructions and all
 }
 
 
@@ -191,7 +193,9 @@ def prime_queries(settings, items) -> None:
     emb = load_embedder(settings)
     if getattr(emb, "_primed", None) is not None or not hasattr(emb, "_encode"):
         return
-    qs = list(dict.fromkeys(i.question for i in items))
+    from ragkit.retrieve.query import search_query
+
+    qs = list(dict.fromkeys([i.question for i in items] + [search_query(i.question) for i in items]))
     emb._load()
     primed = {}
     for k in range(0, len(qs), 32):  # embed_query is `_encode([text])[0]`: the same call, batched
@@ -209,8 +213,8 @@ def halves(items) -> tuple[set[str], set[str]]:
 
 KEYS = ("evidence_strict", "evidence_in_context", "mrr_strict", "mrr", "evidence_within_tokens", "tokens_to_evidence_mean",
         "gold_figure_at_5", "answer_numbers_in_context", "prompt_tokens_mean", "mrr_strict_any_span",
-        "any_span_within_1000_tokens")
-SHORT = {"mrr_strict_any_span": "mrr_any_span", "any_span_within_1000_tokens": "any_span_1000", "evidence_strict": "ev_strict", "evidence_in_context": "ev_loose", "mrr_strict": "mrr_strict", "mrr": "mrr_loose",
+        "any_span_within_tokens")
+SHORT = {"mrr_strict_any_span": "mrr_any_span", "any_span_within_tokens": "any_span_N", "evidence_strict": "ev_strict", "evidence_in_context": "ev_loose", "mrr_strict": "mrr_strict", "mrr": "mrr_loose",
          "evidence_within_tokens": "ev_within_N", "tokens_to_evidence_mean": "tok_to_ev", "gold_figure_at_5": "fig@5",
          "answer_numbers_in_context": "fig_share_ctx", "prompt_tokens_mean": "prompt_tok", "n": "n",
          "n_with_evidence": "n_evid"}
@@ -222,6 +226,7 @@ def summarize(rows: list[dict], within: int) -> dict:
     agg = _agg(rows)[0]
     out = {k: agg.get(k) for k in KEYS if k != "evidence_within_tokens"}
     out["evidence_within_tokens"] = agg.get(f"evidence_within_{within}_tokens")
+    out["any_span_within_tokens"] = agg.get(f"any_span_within_{within}_tokens")
     out["n"] = len(rows)
     out["n_with_evidence"] = sum(r.get("evidence_strict") is not None for r in rows)
     return out
@@ -281,7 +286,7 @@ def fmt(v) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", default="contractnli,sec,cuad")
-    ap.add_argument("--methods", default="baseline,default", help=f"comma list of {', '.join(METHODS)}")
+    ap.add_argument("--methods", default="baseline,default", help=f"comma list of {', '.join(METHODS)}, or of retrieve settings joined by + (bm25_weight=1+rrf_k=20)")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/ragkit-rank"))
     ap.add_argument("--limit", type=int, default=None, help="first N items of each set")
     ap.add_argument("--skip", type=int, default=0, help="leave out the first N items of each set (checked apart from them)")
@@ -297,6 +302,8 @@ def main() -> None:
     names = [s for s in args.sets.split(",") if s]
     methods = [m for m in args.methods.split(",") if m]
     for m in methods:
+        if "=" in m and m not in METHODS:  # an ad-hoc method: "bm25_weight=1+rrf_k=20"
+            METHODS[m] = {k: json.loads(v) for k, v in (kv.split("=", 1) for kv in m.split("+"))}
         if m not in METHODS and m != "before":
             raise SystemExit(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
     for name in names:

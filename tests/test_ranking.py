@@ -181,3 +181,70 @@ def test_units_split_sentences_and_list_items():
     u = units("The Recipient shall deliver up all documents. (a) copies made by it; (b) notes; and (c) other material. Ok.")
     assert u[0] == "The Recipient shall deliver up all documents."
     assert any(x.startswith("(a)") for x in u) and all(len(x.split()) >= 2 for x in u)
+
+
+# ---------------------------------------------------------------------- the search text
+
+def test_search_text_leaves_out_answer_format_and_question_frame():
+    from ragkit.retrieve.query import search_query
+
+    q = ("Does the agreement state that Receiving Party may retain some Confidential Information? "
+         "Start your answer with Yes, No or Not mentioned.")
+    assert search_query(q) == "Receiving Party may retain some Confidential Information?"
+    assert search_query("Which law governs? Answer with exactly one of: Yes, No, Not mentioned.") == "Which law governs?"
+    assert search_query("Which part of this contract concerns Governing Law (Which law governs)? Quote it.") == \
+        "Governing Law (Which law governs)?"
+    # content is never dropped: a question that is only a frame stays as asked
+    assert search_query("Does the agreement state?") == "Does the agreement state?"
+    assert search_query("What is the notice period? Is it 30 days?") == "What is the notice period? Is it 30 days?"
+
+
+def test_answer_format_instructions_do_not_change_what_is_found(titled_store):
+    """Words of the instruction ("answer", "mentioned") are rare in a contract; searched,
+    they would reward any clause holding them. The sources are those of the bare question."""
+    bare = "Can the courts of London hear disputes?"
+    asked = _top(titled_store, bare + " Start your answer with Yes, No or Not mentioned.", "titled-nda.md")
+    assert [c.chunk_id for c in asked] == [c.chunk_id for c in _top(titled_store, bare, "titled-nda.md")]
+    assert "Governing Law" in (asked[0].section or "")
+
+
+@pytest.fixture(scope="module")
+def cuad_store(tmp_path_factory):
+    """The CUAD joint venture agreement of tests/fixtures/unseen (its gold labels: parties
+    KIROMIC BIOPHARMA Inc. and MOLIPHARMA S.R.L.; chunk 0 is the exhibit legend, chunk 1
+    the preamble; its date, 2 April 2020, is in the signature block at the end)."""
+    from pathlib import Path
+
+    folder = tmp_path_factory.mktemp("cuad")
+    settings = make_settings(folder / "store")
+    rep = ingest([Path(__file__).parent / "fixtures" / "unseen" / "cuad_kiromic_joint_venture.pdf"], settings)
+    assert rep.failed == []
+    return settings
+
+
+@pytest.mark.parametrize("question, gold", [
+    ("Who are the parties to this agreement?", "MOLIPHARMA S.R.L."),
+    ("What is the name of this agreement?", "JOINT VENTURE AGREEMENT BETWEEN"),
+])
+def test_title_parties_and_date_questions_get_the_opening_first(cuad_store, question, gold):
+    """The preamble shares few words with "who are the parties"; the rule puts the
+    document's first two chunks first for such questions (CUAD dev: gold clause within 2,000
+    prompt tokens 0.556 -> 0.646, eval/README.md). Off, the opening is not the first source."""
+    doc = "cuad_kiromic_joint_venture.pdf"
+    def holds(cs) -> bool:
+        return any(gold in c.text.replace("\n", " ") for c in cs)
+
+    ranked = _top(cuad_store, question, doc)
+    assert sorted(c.chunk_index for c in ranked[:2]) == [0, 1]  # the exhibit legend, then the preamble
+    assert holds(ranked[:2])
+    off = _top(cuad_store, question, doc, opening_first=False)
+    assert sorted(c.chunk_index for c in off[:2]) != [0, 1]  # without the rule the opening is not first
+
+
+def test_other_questions_keep_their_order(cuad_store):
+    from ragkit.retrieve.rank import asks_for_opening
+
+    assert not asks_for_opening("Which parties to the contract own the joint IP?")
+    q = "Which law governs this agreement?"
+    doc = "cuad_kiromic_joint_venture.pdf"
+    assert [c.chunk_id for c in _top(cuad_store, q, doc)] == [c.chunk_id for c in _top(cuad_store, q, doc, opening_first=False)]

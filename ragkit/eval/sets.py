@@ -43,7 +43,7 @@ class EvalItem(BaseModel):
     answers: list[str] = Field(default_factory=list)
     answers_mode: Literal["any", "all"] = "any"
     evidence: str | None = None
-    evidence_all: list[str] = Field(default_factory=list)  # every annotated span (ContractNLI); a quote may match any
+    evidence_all: list[str] = Field(default_factory=list)  # every annotated span (ContractNLI, CUAD); a quote may match any
     page: int | None = Field(None, ge=1)
     answerable: bool = True
     label: str | None = None
@@ -256,6 +256,7 @@ def convert_cuad(corpora: Path) -> list[EvalItem]:
             doc=pdf,
             answers=answers if clauses else [],
             evidence=clauses[0] if clauses else None,
+            evidence_all=clauses if len(clauses) > 1 else [],  # a category often has several gold clauses
             answerable=bool(clauses),
             tags=[f"category:{cat}", f"format:{r.get('answer_format', '')}"],
         ))

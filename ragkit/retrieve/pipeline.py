@@ -46,7 +46,10 @@ def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *
     embedder = load_embedder(settings)
     store = open_store(settings, embedder, create=False)
     rs = settings.retrieve
-    qvec = embedder.embed_query(question) if rs.mode in ("hybrid", "dense") else None
+    from ragkit.retrieve.query import search_query
+
+    searched = question if rs.search_instructions else search_query(question)  # less its answer-format sentences
+    qvec = embedder.embed_query(searched) if rs.mode in ("hybrid", "dense") else None
 
     def search(records: list[DocRecord]):
         if not records:
@@ -60,7 +63,7 @@ def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *
             folder = bm25.index_dir(settings.store, settings.store_url, settings.collection, settings.cache_dir)
             lexical = bm25.open_index(store, folder, [r.doc_id for r in records])
         cands = hybrid_search(
-            store, question, qvec, selected, rs.candidates, mode=rs.mode, lexical=lexical, rrf_k=rs.rrf_k,
+            store, searched, qvec, selected, rs.candidates, mode=rs.mode, lexical=lexical, rrf_k=rs.rrf_k,
             per_doc=bool(docs), all_docs=not docs, bm25_weight=rs.bm25_weight,
         )
         whole = store.chunks(sorted({d.doc_id for d in selected})) if docs else None
@@ -79,8 +82,8 @@ def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *
             calibration = calibrate(store, embedder, sorted({d.doc_id for d in selected}), all_live=not docs,
                                     key=(str(settings.store_url or settings.store), settings.collection))
     if rs.reranker:
-        cands = rerank(question, cands, rs.reranker, rs.rerank_candidates)
-    cands = rank_stages(question, qvec, cands, whole, embedder, settings)
+        cands = rerank(searched, cands, rs.reranker, rs.rerank_candidates)
+    cands = rank_stages(searched, qvec, cands, whole, embedder, settings)
     t1 = time.perf_counter()
     if generator is None:
         from ragkit.generate import load_generator
@@ -124,6 +127,8 @@ def rank_stages(question: str, qvec, cands: list[Hit], whole: list[Hit] | None, 
         cands = rank.unit_rank(question, qvec, cands, pool, embedder, dense_weight=rs.unit_dense_weight,
                                lexical_weight=rs.unit_lexical_weight, hybrid_weight=rs.unit_hybrid_weight,
                                heading_weight=rs.unit_heading_weight, rrf_k=rs.rrf_k)
+    if rs.opening_first and whole is not None:
+        cands = rank.opening_first(question, cands, whole)
     if rs.dedupe > 0:
         cands, _ = rank.drop_near_duplicates(cands, rs.dedupe)
     return cands

@@ -178,3 +178,33 @@ def drop_near_duplicates(hits: list[Hit], threshold: float = 0.9) -> tuple[list[
         kept.append(h)
         sets.append(s)
     return kept, dropped
+
+
+# Questions about what a document's opening holds by convention: its title, its parties and
+# its date (a contract's preamble, a filing's cover page). Words, not meaning: these
+# questions share few words with the preamble ("Who signed?" vs "This Agreement is made
+# between Acme Inc. and ..."), so neither BM25 nor the embedder ranks it first.
+_OPENING = re.compile(
+    r"(?:^\W*parties\b|\bparties (?:who|that) signed\b|\bwho (?:are|were) the parties\b|\bwho (?:signed|entered into)\b|"
+    r"\bname of (?:the|this) (?:contract|agreement|document)\b|\b(?:document|contract|agreement) name\b|"
+    r"\btitle of (?:the|this)\b|\bagreement date\b|\beffective date\b|\bdate of (?:the|this) (?:contract|agreement)\b|"
+    r"\bwhen was (?:the|this) (?:contract|agreement) (?:signed|made|dated|entered))", re.I)
+
+
+def asks_for_opening(question: str) -> bool:
+    return bool(_OPENING.search(question))
+
+
+def opening_first(question: str, ranked: list[Hit], pool: list[Hit] | None, n_first: int = 2) -> list[Hit]:
+    """For a question about a document's title, parties or date, the first `n_first` chunks
+    of each document in `pool` (the named documents' chunks) go first: the opening is often
+    a filing's exhibit legend before the preamble. The rest keep their order."""
+    if not pool or not asks_for_opening(question):
+        return ranked
+    by_doc: dict[str, list[Hit]] = {}
+    for h in pool:
+        by_doc.setdefault(h.meta.get("doc_id", ""), []).append(h)
+    heads = [h for hs in by_doc.values() for h in sorted(hs, key=lambda h: int(h.meta.get("chunk_index", 0)))[:n_first]]
+    top = ranked[0].score if ranked else 1.0
+    ids = {h.id for h in heads}
+    return [Hit(id=h.id, text=h.text, meta=h.meta, score=top) for h in heads] + [h for h in ranked if h.id not in ids]
