@@ -134,3 +134,39 @@ def test_removing_a_document_removes_its_sidecar(store3, tmp_path):
     st.remove_document(victim.key)
     assert st.sidecars.count(victim.doc_id) is None and victim.doc_id not in st.sidecars.doc_ids()
     assert st.col.get(where={"doc_id": victim.doc_id}, include=[])["ids"] == []
+
+
+def test_record_list_follows_every_change_made_by_another_process(store3, tmp_path):
+    """`documents()` is kept per store version (retrieve reads it twice per question; 480 ms
+    at 5,000 documents read in full). The cache must never outlive a change: a document
+    removed and another added by a separate `ragkit` process are seen at once, and
+    `read_consistent` sees the version change."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    settings, corpus = store3
+    emb = load_embedder(settings)
+    copy = tmp_path / "store"
+    shutil.copytree(settings.store, copy)
+    s2 = settings.model_copy(update={"store": copy})
+    st = open_store(s2, emb, create=False)
+    before = st.documents()
+    assert st._version() is not None and st.documents() == before  # cached, and equal
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    shutil.copy(CORPORA / "cnli_dev_411.pdf", extra / "cnli_dev_411.pdf")
+    cli = [sys.executable, "-m", "ragkit.cli"]
+    r = subprocess.run(cli + ["ingest", str(extra), "--store", str(copy), "--json"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    after = st.documents()
+    assert {d.name for d in after} == {d.name for d in before} | {"cnli_dev_411.pdf"}
+    victim = before[0]
+    r = subprocess.run(cli + ["docs", "rm", victim.name, "--store", str(copy), "--json"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert victim.key not in {d.key for d in st.documents()}
+    # within this process too: a removal through another store object of the same store
+    other = open_store(s2, emb, create=False)
+    other.remove_document(st.documents()[0].key)
+    assert len(st.documents()) == len(before) - 1
