@@ -14,7 +14,11 @@ rule, not in the run:
   token), "first" (first token only);
 - calibrated or not (contextual calibration on an empty clause);
 - Not mentioned from the model, or from the evidence (`compare.not_mentioned`): below the
-  thresholds the label is Not mentioned, above them the model chooses Yes or No.
+  thresholds the label is Not mentioned, above them the model chooses Yes or No. The
+  checklist's words decide before any threshold, as in `check_item`: a sentence with the
+  item's `contrary` wording makes it No, no sentence naming its `terms` Not mentioned.
+
+"as collected" is what `check_item` itself labelled, with the settings of the run.
 
 The thresholds are fitted on the tune NDAs and reported on the other NDAs (--tune), so
 the held-out figures are not fitted to themselves. The store is built (the 8 rendered
@@ -24,10 +28,12 @@ PDFs ingested) when it does not exist; records are appended to --cache and reuse
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import ragkit  # noqa: F401  (offline switches)
 from ragkit.eval.metrics import nli_scores
@@ -63,13 +69,16 @@ def collect(args) -> list[dict]:
                 out.append(done[it.id])
                 continue
             check = next(checklist[t] for t in it.tags if t in checklist)
+            if args.no_words:  # the rule before the checklist's words (for --steps)
+                check = dataclasses.replace(check, terms=[], contrary=[])
             t0 = time.perf_counter()
             finding, r = check_item(it.doc, check, settings)
             prior = next((v for key, v in _PRIORS.items() if key[0] == check.id), None)
             rec = {
                 "id": it.id, "doc": it.doc, "item": check.id, "gold": it.label, "model": settings.generator.model,
                 "abstained": bool(r.abstained), "tokens": r.choice.token_logprobs if r.choice else None,
-                "prior": prior, "evidence": finding.evidence, "quote": finding.quote, "label": finding.label,
+                "prior": prior, "evidence": finding.evidence, "quote": finding.quote, "closest": finding.closest, "label": finding.label,
+                "section": finding.section, "page": finding.page, "note": finding.note,
                 "seconds": round(time.perf_counter() - t0, 2),
             }
             f.write(json.dumps(rec) + "\n")
@@ -80,8 +89,6 @@ def collect(args) -> list[dict]:
 
 
 def recompute_evidence(recs: list[dict], args) -> None:
-    from types import SimpleNamespace
-
     from ragkit.compare import evidence, load_checklist
     from ragkit.config import load_settings
     from ragkit.embed import load_embedder
@@ -107,6 +114,13 @@ def decide(rec: dict, score: str, calibrate: bool, z: float | None, cov: float |
 
     if rec["abstained"] or not rec["tokens"]:
         return "NotMentioned"
+    if z is not None:
+        # the checklist's words decide first (ragkit.compare.check_item): contrary wording
+        # in a sentence -> No; no sentence naming the item -> Not mentioned
+        if (rec.get("note") or "").startswith("No: the document says"):
+            return "Contradiction"
+        if (rec.get("note") or "").startswith("Not mentioned: no sentence"):
+            return "NotMentioned"
     ev = rec["evidence"] or {}
     if z is not None and ev.get("z") is not None and (
             ev["z"] < z or (ev.get("coverage") or 0.0) < cov or (ev.get("support") or 0.0) < sup):
@@ -122,6 +136,54 @@ def decide(rec: dict, score: str, calibrate: bool, z: float | None, cov: float |
     if z is not None:
         return "Contradiction" if math.exp(lp["No"]) >= no_min else "Entailment"
     return NLI[max(lp, key=lp.get)]
+
+
+def steps(recs: list[dict], args) -> None:
+    """Replays records collected with --no-words (the labels of the rule before the
+    checklist's words) adding one step at a time, the words matched over every sentence
+    of the document as check_item matches them. The last step of check_item (the quote
+    chosen among the sentences that name a term) changes the quote the model scores, so
+    only a collection with the words (the default) measures it."""
+    import math
+
+    from ragkit.compare import _document_sentences, load_checklist
+    from ragkit.config import load_settings
+    from ragkit.embed import load_embedder
+    from ragkit.retrieve.search import resolve_docs
+    from ragkit.store import open_store
+
+    settings = load_settings(store=Path(args.store))
+    docs = open_store(settings, load_embedder(settings), create=False).documents()
+    items = {i.id: i for i in load_checklist("nda")[1] if i.hypothesis}
+    sents: dict[str, list[str]] = {}
+    for r in recs:
+        if r["doc"] not in sents:
+            (doc,) = resolve_docs(docs, [r["doc"]])
+            sents[r["doc"]] = [u for u, _ in _document_sentences([SimpleNamespace(doc_id=doc.doc_id, text="")], settings)]
+
+    def label(r: dict, words: bool, contrary: bool, no_min: float) -> str:
+        it = items[r["item"]]
+        named = [u for u in sents[r["doc"]] if it.names_item(u)]
+        if contrary and any(it.contrary_in(u) for u in named):
+            return "Contradiction"
+        was = NLI.get(r["label"], "Unclear")
+        if was == "NotMentioned" or (words and it.terms and not named):
+            return "NotMentioned"
+        lp = {o: sum(v) / len(v) for o, v in r["tokens"].items() if o != "Not mentioned"}
+        p_no = math.exp(lp["No"]) / (math.exp(lp["No"]) + math.exp(lp["Yes"]))
+        return "Contradiction" if p_no >= no_min else "Entailment"
+
+    print("\n== the checklist's words, one step at a time (records collected with --no-words) ==")
+    for part_name, part in (("tune", [r for r in recs if r["doc"] in args.tune]),
+                            ("held out", [r for r in recs if r["doc"] not in args.tune]), ("all", recs)):
+        if not part:
+            continue
+        gold = [r["gold"] for r in part]
+        for name, rule in (("before (No at 0.55)", (False, False, 0.55)),
+                           ("+ no sentence names a term -> Not mentioned", (True, False, 0.55)),
+                           ("+ contrary wording -> No", (True, True, 0.55)),
+                           ("+ No needs 0.6", (True, True, 0.6))):
+            print(line(f"{part_name}: {name}", nli_scores(gold, [label(r, *rule) for r in part])))
 
 
 def scores(recs: list[dict], **rule) -> dict:
@@ -150,6 +212,10 @@ def main() -> None:
     ap.add_argument("--rule", nargs=4, type=float, default=None, metavar=("Z", "COVERAGE", "SUPPORT", "NO_MIN"),
                     help="also report this rule (compare.on_point_z, on_point_coverage, on_point_support, no_min_confidence)")
     ap.add_argument("--tune", nargs="*", default=list(TUNE), help="NDAs the thresholds are fitted on")
+    ap.add_argument("--no-words", action="store_true",
+                    help="collect without the checklist's terms and contrary wording (the rule before them)")
+    ap.add_argument("--steps", action="store_true",
+                    help="replay --no-words records adding the checklist's words one step at a time")
     args = ap.parse_args()
     if args.cached_only:
         recs = [json.loads(x) for x in Path(args.cache).read_text().splitlines()]
@@ -159,11 +225,17 @@ def main() -> None:
         recs = collect(args)
     if args.recompute_evidence:
         recompute_evidence(recs, args)
+    if args.steps:
+        steps(recs, args)
     model = {r["model"] for r in recs}
     tune = [r for r in recs if r["doc"] in args.tune]
     held = [r for r in recs if r["doc"] not in args.tune]
     print(f"\nmodel {', '.join(sorted(model))}; tune: {len(tune)} items ({', '.join(sorted({r['doc'] for r in tune}))}); "
           f"held out: {len(held)} items ({', '.join(sorted({r['doc'] for r in held}))})")
+    print("\n== as collected: the labels check_item gave (the product path, current settings) ==")
+    for name, part in (("tune", tune), ("held out", held), ("all", recs)):
+        if part:
+            print(line(name, nli_scores([r["gold"] for r in part], [NLI.get(r["label"], "Unclear") for r in part])))
     grid_z = [-9.0, 0.0, 0.5, 1.0]
     grid_c = [0.0, 0.1, 0.2]
     grid_s = [0.0, 0.35, 0.4, 0.425, 0.45, 0.475, 0.5, 0.55]

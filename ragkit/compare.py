@@ -35,6 +35,45 @@ class ChecklistItem:
     title: str
     question: str
     hypothesis: str | None = None
+    # words a sentence about the item names ("reverse engineer*", "decompil*"; a trailing
+    # * matches any ending): a document none of whose sentences names one does not
+    # mention the item, whatever the nearest passage scores
+    terms: list[str] = field(default_factory=list)
+    # wording that says the opposite of the hypothesis ("whether or not marked" against
+    # "all Confidential Information shall be marked"): a sentence of the document that
+    # holds it makes the label No, and is the quote
+    contrary: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name in ("terms", "contrary"):
+            v = getattr(self, name)
+            if not (isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v)):
+                raise TypeError(f"item {self.id!r}: {name} must be a list of non-empty strings")
+        self._terms = term_pattern(self.terms)
+        self._contrary = term_pattern(self.contrary)
+
+    def names_item(self, text: str) -> bool:
+        """Whether a sentence names one of the item's terms (True when it has none)."""
+        return self._terms is None or bool(self._terms.search(text))
+
+    def contrary_in(self, text: str) -> str | None:
+        """The contrary wording the sentence holds, if any."""
+        m = self._contrary.search(text) if self._contrary is not None else None
+        return m.group(0) if m else None
+
+
+def term_pattern(terms: list[str]) -> "re.Pattern | None":
+    """One case-insensitive pattern for a list of phrases: words match whole ("copy" does
+    not match "copyright"), a trailing * any ending ("decompil*"), words apart by spaces
+    or hyphens ("reverse engineer*" matches "reverse-engineering"). Phrases, not regular
+    expressions: a checklist is written by lawyers."""
+    if not terms:
+        return None
+    alts = []
+    for t in terms:
+        words = [re.escape(w[:-1]) + r"\w*" if w.endswith("*") else re.escape(w) for w in t.split()]
+        alts.append(r"\b" + r"[\s\-]+".join(words) + r"\b")
+    return re.compile("|".join(alts), re.IGNORECASE)
 
 
 @dataclass
@@ -158,7 +197,8 @@ def load_checklist(name_or_path: str) -> tuple[str, list[ChecklistItem]]:
         raise ConfigError(f"checklist {name_or_path!r} not found", hint=f"built in: {have}; or give a .toml path")
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
-        items = [ChecklistItem(**{k: v for k, v in it.items() if k in ("id", "title", "question", "hypothesis")}) for it in data["items"]]
+        items = [ChecklistItem(**{k: v for k, v in it.items() if k in ("id", "title", "question", "hypothesis", "terms", "contrary")})
+                 for it in data["items"]]
     except (tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
         raise ConfigError(f"checklist {p} is not valid: {exc}", hint="see prompts/checklists/nda.toml for the format") from None
     if not items or len({i.id for i in items}) != len(items):
@@ -208,7 +248,8 @@ def _quotable(units: list[str]) -> list[int]:
 
 
 def clause_quote(text: str, want: set[str], weight: dict[str, float], stem, limit: int = 320,
-                 similarity: Callable[[list[str]], list[float]] | None = None) -> str:
+                 similarity: Callable[[list[str]], list[float]] | None = None,
+                 names_item: Callable[[str], bool] | None = None) -> str:
     """The sentence or list item of a clause that shares most (weighted, stemmed) words with
     the checklist item. A list item keeps its lead-in ("... do not apply to information
     that it can demonstrate: … (d) it independently developed ..."), so the quote reads as
@@ -224,7 +265,19 @@ def clause_quote(text: str, want: set[str], weight: dict[str, float], stem, limi
         # (a heading alone, "Term and Termination.", is not a quote: short units count as 12 words)
         return (sum(weight.get(x, 1.0) for x in ws & want) / max(12, len(ws)) ** 0.5, -abs(len(units[i]) - 200))
 
+    def with_lead_in(i: int) -> str:
+        quote = units[i]
+        if _LIST_ITEM.match(quote):
+            lead = next((units[j] for j in range(i - 1, -1, -1) if not _LIST_ITEM.match(units[j])), None)
+            if lead is not None and lead.rstrip().endswith(":"):
+                lead = lead if len(lead) <= 160 else "…" + lead[-159:]
+                quote = f"{lead} … {quote}"
+        return quote
+
     cand = _quotable(units) or list(range(len(units)))
+    if names_item is not None:
+        # a sentence that names the item ("reverse engineer") before one that only sounds like it
+        cand = [j for j in cand if names_item(with_lead_in(j))] or cand
     if similarity is not None:
         # the embedder reads meaning: "may retain ... backup copies" answers "retain after
         # returning or destroying" better than the list of duties that names "return" and
@@ -242,15 +295,6 @@ def clause_quote(text: str, want: set[str], weight: dict[str, float], stem, limi
             limit += 160
     else:
         picked = [max(cand, key=score)]
-
-    def with_lead_in(i: int) -> str:
-        quote = units[i]
-        if _LIST_ITEM.match(quote):
-            lead = next((units[j] for j in range(i - 1, -1, -1) if not _LIST_ITEM.match(units[j])), None)
-            if lead is not None and lead.rstrip().endswith(":"):
-                lead = lead if len(lead) <= 160 else "…" + lead[-159:]
-                quote = f"{lead} … {quote}"
-        return quote
 
     quote = " … ".join(with_lead_in(i) for i in picked)
     return quote if len(quote) <= limit else quote[: limit - 1].rstrip() + "…"
@@ -299,28 +343,50 @@ def _best_quote(contexts, item: "ChecklistItem", settings: Settings | None = Non
             sum((idf[w] + 1.0) * 3 if w in title_words else idf[w] for w in want & sec) + sum(idf[w] for w in want & body),
             c.score,
         )
-    top = max(contexts, key=lambda c: fits[id(c)])
+    # a section with a sentence that names the item (its checklist terms) before one that
+    # only shares words with it
+    named = [c for c in contexts if any(item.names_item(u) for u in split_units(c.text))] if item.terms else []
+    top = max(named or contexts, key=lambda c: fits[id(c)])
     weight = {w: idf[w] + (1.0 if w in title_words else 0.1) for w in want}
-    return top, clause_quote(top.text, want, weight, stem, similarity=_similarity(settings, item))
+    return top, clause_quote(top.text, want, weight, stem, similarity=_similarity(settings, item),
+                             names_item=item.names_item if item.terms else None)
 
 
-_DOC_UNITS: dict[tuple, list[str]] = {}  # (store, doc ids) -> the documents' quotable sentences
+_DOC_UNITS: dict[tuple, list[tuple[str, object]]] = {}  # (store, doc ids) -> the documents' quotable sentences, each with its chunk
 
 
-def _document_units(contexts, settings: Settings) -> list[str]:
+def _document_sentences(contexts, settings: Settings) -> list[tuple[str, object]]:
     """Every quotable sentence of the documents the contexts come from (all their chunks
-    in the store, not only those retrieved into the prompt), so the calibration sees
-    the whole document."""
+    in the store, not only those retrieved into the prompt), in document order, each with
+    the chunk it is in (its page and section)."""
     doc_ids = tuple(sorted({c.doc_id for c in contexts}))
     key = (str(settings.store), settings.store_url, doc_ids)
     if key not in _DOC_UNITS:
         from ragkit.embed import load_embedder
         from ragkit.store import open_store
 
-        texts = [h.text for h in open_store(settings, load_embedder(settings), create=False).chunks(list(doc_ids))]
-        units = [u for t in (texts or [c.text for c in contexts]) for u in split_units(t)]
-        _DOC_UNITS[key] = list(dict.fromkeys(units[j] for j in _quotable(units))) or units
+        hits = open_store(settings, load_embedder(settings), create=False).chunks(list(doc_ids)) or list(contexts)
+        pairs = [(u, h) for h in hits for u in split_units(h.text)]
+        keep = _quotable([u for u, _ in pairs])
+        seen: dict[str, object] = {}
+        for j in keep:
+            seen.setdefault(pairs[j][0], pairs[j][1])
+        _DOC_UNITS[key] = list(seen.items()) or pairs
     return _DOC_UNITS[key]
+
+
+def _document_units(contexts, settings: Settings) -> list[str]:
+    """The documents' quotable sentences (`_document_sentences`), so the calibration sees
+    the whole document."""
+    return [u for u, _ in _document_sentences(contexts, settings)]
+
+
+def _where(hit) -> tuple[int | None, str | None]:
+    """A store hit's or a prompt context's page and section."""
+    meta = getattr(hit, "meta", None)
+    if meta is not None:
+        return meta.get("page_start"), meta.get("section")
+    return getattr(hit, "page_start", None), getattr(hit, "section", None)
 
 
 _UNIT_VECS: dict[tuple, "object"] = {}  # (embedder, unit text) -> vector: a document's sentences are embedded once per process
@@ -525,11 +591,31 @@ def check_item(doc: str, item: ChecklistItem, settings: Settings) -> tuple[Findi
     ev = evidence(item, r.prompt.contexts, quote, settings)
     scores: dict = {}
     closest = None
+    page, section = (top.page_start, top.section) if top else (None, None)
+    if item.hypothesis is not None and r.choice is not None and not r.abstained and cs.not_mentioned == "evidence":
+        topical = [(u, h) for u, h in _document_sentences(r.prompt.contexts, settings) if item.names_item(u)] if item.terms else []
+        cue = next(((u, h, w) for u, h in topical if (w := item.contrary_in(u))), None) if item.contrary else None
+    else:
+        topical, cue = [], None
     if item.hypothesis is not None and r.choice is not None and not r.abstained:
-        if cs.not_mentioned == "evidence" and not on_point(ev, cs):
+        if cue is not None:
+            # the document says the opposite in so many words ("whether or not marked"):
+            # No, and that sentence is the quote, whatever the model scored
+            label, quote, confidence, scores = "No", cue[0], None, {}
+            page, section = _where(cue[1])
+            note = f"No: the document says “{cue[2]}”, the opposite of the item"
+            ev = evidence(item, r.prompt.contexts, quote, settings)
+        elif cs.not_mentioned == "evidence" and item.terms and not topical:
+            # no sentence of the document names the item ("reverse engineer", "decompile"):
+            # Not mentioned, whatever the nearest passage scores
+            label, closest, quote, top, confidence = "Not mentioned", quote, None, None, None
+            page = section = None
+            note = "Not mentioned: no sentence of the document names " + ", ".join(f"“{t}”" for t in item.terms[:4]) + (" …" if len(item.terms) > 4 else "")
+        elif cs.not_mentioned == "evidence" and not on_point(ev, cs):
             # no passage of the document is about the item: Not mentioned, whatever the
             # model says of the nearest one (it answers Yes or No about whatever it is shown)
             label, closest, quote, top, confidence = "Not mentioned", quote, None, None, None
+            page = section = None
         elif r.choice.scored:
             scores = dict(r.choice.logprobs)
             if cs.not_mentioned == "evidence":  # on point: the model chooses between Yes and No
@@ -541,8 +627,8 @@ def check_item(doc: str, item: ChecklistItem, settings: Settings) -> tuple[Findi
         label=label,
         answer=r.answer,
         quote=quote,
-        page=top.page_start if top else None,
-        section=top.section if top else None,
+        page=page,
+        section=section,
         path=None,
         prompt_tokens=g.prompt_tokens if g and g.prompt_tokens else len(r.prompt.ids),  # the prompt actually scored
         cached_tokens=g.cached_tokens if g else 0,

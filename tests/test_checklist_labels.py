@@ -80,3 +80,58 @@ def test_two_quotes_that_say_the_same_get_one_label(p1, p2, want):
     other = Row(item, {"a": _f("a", "No", a, 0.2), "b": _f("b", "Yes", "This NDA is governed by the laws of Delaware.", 0.9)})
     agree_on_same_quotes(other)
     assert other.difference.startswith("differs")
+
+
+def test_an_item_no_sentence_names_is_not_mentioned_and_says_why(nda_store):
+    """Neither template has a non-solicitation clause: no sentence names "solicit",
+    "hire" or "recruit", so the item is Not mentioned with no quote, the nearest passage
+    kept apart, and a note that names the words looked for; the model is not asked to
+    say Yes or No about whatever passage is nearest."""
+    c = compare([BONTERMS, COMMON], nda_store, items=["nda-18"])
+    for d in (BONTERMS, COMMON):
+        f = c.rows[0].findings[d]
+        assert f.label == "Not mentioned" and f.quote is None and f.confidence is None, (d, f.label, f.quote)
+        assert f.closest and "solicit" in (f.note or ""), (d, f.note)
+        assert f.to_json()["note"] == f.note
+
+
+def test_wording_that_says_the_opposite_makes_the_label_no_and_is_the_quote(nda_store):
+    """Bonterms defines Confidential Information as "technical or business information":
+    against "Confidential Information shall only include technical information" that is
+    a No whatever the model scores, and the sentence that says so is the quote, with its
+    page and the reason."""
+    c = compare([BONTERMS], nda_store, items=["nda-2"])
+    f = c.rows[0].findings[BONTERMS]
+    assert f.label == "No", (f.label, f.quote, f.note)
+    assert "business information" in f.quote.lower() and "Confidential Information" in f.quote
+    assert f.page == 1 and "“business information”" in f.note
+
+
+def test_the_quote_is_a_sentence_that_names_the_item(nda_store):
+    """Bonterms' duties list "(d) not remove proprietary markings ... or reverse engineer
+    technology"; the quote for reverse engineering is that item, not another duty that
+    only shares the item's general words."""
+    c = compare([BONTERMS], nda_store, items=["nda-11"])
+    f = c.rows[0].findings[BONTERMS]
+    assert f.label != "Not mentioned" and "reverse engineer" in (f.quote or "").lower(), (f.label, f.quote)
+
+
+def test_checklist_terms_are_phrases_not_patterns(tmp_path):
+    """Unit test (no model): a trailing * matches any ending, words match whole, a hyphen
+    or line break between words is a space; a checklist whose terms are not a list of
+    words is a configuration error that names the item."""
+    from ragkit.compare import ChecklistItem, term_pattern
+    from ragkit.errors import ConfigError
+
+    p = term_pattern(["reverse engineer*", "copy", "whether or not marked"])
+    assert p.search("shall not Reverse-Engineer the software") and p.search("not reverse\nengineering")
+    assert p.search("make one copy.") and not p.search("all copyright notices") and not p.search("copyrighted")
+    assert p.search("information, whether or not  marked,") and not p.search("whether or not so marked")
+    it = ChecklistItem("x", "X", "Is it?", "It is.", terms=["decompil*"], contrary=["may decompile"])
+    assert it.names_item("Licensee shall not decompile it") and not it.names_item("no such words")
+    assert it.contrary_in("Licensee MAY DECOMPILE it") == "MAY DECOMPILE" and it.contrary_in("shall not decompile") is None
+    assert ChecklistItem("y", "Y", "Q?").names_item("anything")  # an item without terms names nothing to look for
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "bad"\n[[items]]\nid = "a"\ntitle = "A"\nquestion = "Q?"\nhypothesis = "H."\nterms = "solicit"\n')
+    with pytest.raises(ConfigError, match="bad.toml is not valid.*terms must be a list"):
+        load_checklist(str(bad))
