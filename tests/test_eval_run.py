@@ -405,3 +405,17 @@ def test_resume_after_sigkill(nda_store, tmp_path):
     # a run folder is tied to its set and mode
     res = CliRunner().invoke(_cli(), ["eval", "run", str(NDA_DEMO), "--store", str(nda_store.store), "--out", str(run)])
     assert res.exit_code == 2 and "another set or mode" in res.output
+
+
+def test_the_cuad_abstention_sample_is_what_its_script_draws():
+    """eval/sets/cuad-abstain-sample.jsonl is drawn, not picked: 40 answerable and 40
+    unanswerable CUAD items, seed 13, reproduced by eval/sample_set.py."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(ROOT / "eval" / "sample_set.py"), str(ROOT / "eval" / "sets" / "cuad.jsonl"),
+                          "--per-kind", "40", "--seed", "13"], capture_output=True, text=True, check=True).stdout
+    committed = (ROOT / "eval" / "sets" / "cuad-abstain-sample.jsonl").read_text(encoding="utf-8")
+    assert out == committed
+    items = load_set(ROOT / "eval" / "sets" / "cuad-abstain-sample.jsonl")
+    assert len(items) == 80 and sum(not i.answerable for i in items) == 40
