@@ -101,7 +101,15 @@ def _start_cli(tmp_path: Path, mark: str) -> subprocess.Popen:
     shutil.copytree(CORPORA, corpus)
     cmd = [sys.executable, "-m", "ragkit.cli", "ingest", str(corpus), "--store", str(tmp_path / "store"), "--workers", "2"]
     return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "RAGKIT_TEST_MARK": mark}, start_new_session=True,
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, bufsize=1)
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, bufsize=1,
+                            preexec_fn=_as_a_foreground_job)
+
+
+def _as_a_foreground_job() -> None:
+    """Ctrl-C at its default, as a terminal gives a foreground command: a test run started
+    in the background (`make test &`, `nohup`, some CI runners) ignores SIGINT, and a child
+    inherits that through exec, so the CLI could not be interrupted at all (seen: exit 0)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_first_commit(proc: subprocess.Popen) -> list[str]:
