@@ -16,14 +16,21 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from ragkit import __version__
-from ragkit.errors import StoreError, StoreLocked
+from ragkit.durable import replace_durably, writing
+from ragkit.errors import RagkitError, StoreError, StoreLocked
 
-SCHEMA_VERSION = 1
+# 2: the store-version row (`_VERSION_ID`) in the -docs collection, bumped by every commit
+# and removal, which readers key their record list on. A schema-1 store (no such row, or
+# one an older writer never bumps) is read in full on every call and migrated to 2 by the
+# first writer that opens it; from then on an older ragkit refuses it (it reads schema 1).
+SCHEMA_VERSION = 2
+MIGRATABLE = {1}
 T = TypeVar("T")
 
 
@@ -138,14 +145,21 @@ class Sidecars:
         base = 16 + len(hb)
         pad = (-base) % 64
         body = self.MAGIC + len(hb).to_bytes(8, "little") + hb + b"\0" * pad
-        self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / f".{doc_id}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(body)
-            f.write(vbytes)
-            f.write(b"".join(tb))
-            f.write(b"".join(mb))
-        os.replace(tmp, self.path(doc_id))
+        with writing(self.path(doc_id)):
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                with open(tmp, "wb") as f:
+                    f.write(body)
+                    f.write(vbytes)
+                    f.write(b"".join(tb))
+                    f.write(b"".join(mb))
+                    f.flush()
+                    os.fsync(f.fileno())
+                replace_durably(tmp, self.path(doc_id))
+            except OSError:
+                tmp.unlink(missing_ok=True)
+                raise
 
     def add(self, ids, embeddings, texts, metas) -> None:
         """Mirror an upsert of chunks into the sidecars of their doc_ids (merging with what
@@ -169,10 +183,11 @@ class Sidecars:
     def remove(self, doc_id: str) -> None:
         if self.folder is None:
             return
-        try:
-            os.unlink(self.path(doc_id))
-        except FileNotFoundError:
-            pass
+        with writing(self.path(doc_id)):
+            try:
+                os.unlink(self.path(doc_id))
+            except FileNotFoundError:
+                pass
         with self._lock:
             self._headers.pop(doc_id, None)
             self._vecs.pop(doc_id, None)
@@ -296,6 +311,22 @@ class Sidecars:
         return hits, got[1]
 
 
+@contextmanager
+def chroma_write(store: "ChromaStore") -> Iterator[None]:
+    """A write to Chroma that fails (a full disk under the embedded store, a server that went
+    away) is a store error naming the store, not a traceback; nothing was committed."""
+    try:
+        yield
+    except RagkitError:
+        raise
+    except Exception as exc:
+        where = store.url or str(store.path)
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise StoreError(f"cannot write to the Chroma store at {where}: {first}",
+                         hint="free some disk space (or check the server), then run the command again; "
+                         "documents already committed are kept") from None
+
+
 class ChromaStore:
     # a query restricted to documents holding at most this many chunks is an exact numpy
     # search over their sidecars instead of Chroma's (slow) `where` pre-filter
@@ -328,9 +359,11 @@ class ChromaStore:
             existing = {c.name if hasattr(c, "name") else c for c in self.client.list_collections()}
         except Exception as exc:
             raise StoreError(f"cannot list collections: {exc}") from None
+        self.schema = SCHEMA_VERSION
         if collection in existing:
             self.col = self.client.get_collection(collection, embedding_function=None)
             self._check_identity(self.col.metadata or {}, identity)
+            self.schema = int((self.col.metadata or {}).get("schema", SCHEMA_VERSION))
         elif create:
             self.col = self.client.create_collection(
                 collection, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}, metadata=identity
@@ -340,6 +373,8 @@ class ChromaStore:
         self.docs = self.client.get_or_create_collection(
             f"{collection}-docs", embedding_function=None, metadata={"schema": SCHEMA_VERSION}
         )
+        if create and self.schema < SCHEMA_VERSION:
+            self.migrate()
         # derived, per-machine data (sidecars, the write journal) lives beside an embedded
         # store, and in the cache folder for a server store
         if url:
@@ -350,6 +385,8 @@ class ChromaStore:
         self.local = local
         self.sidecars = Sidecars(local / "sidecars" if local is not None else None)
         self.written: set[str] = set()  # doc_ids whose chunks this process wrote (the lexical index re-reads them)
+        # a writer's check before each write (StoreWriter.check: the server lease still held)
+        self.guard: Callable[[], None] | None = None
 
     @staticmethod
     def connect(url: str):
@@ -380,7 +417,7 @@ class ChromaStore:
                 f"this ragkit {__version__} reads schema {SCHEMA_VERSION}",
                 hint="upgrade ragkit",
             )
-        if have.get("schema", SCHEMA_VERSION) < SCHEMA_VERSION:
+        if have.get("schema", SCHEMA_VERSION) < SCHEMA_VERSION and int(have.get("schema")) not in MIGRATABLE:
             raise StoreError(f"this store uses an old schema {have.get('schema')}", hint="re-ingest into a new --store")
         if have.get("embedder") != want["embedder"] or int(have.get("dim", -1)) != want["dim"]:
             raise StoreError(
@@ -388,6 +425,20 @@ class ChromaStore:
                 f"but the settings use {want['embedder']!r} ({want['dim']}-dim); vectors of two models cannot be mixed",
                 hint=f"set embed.model = {have.get('embedder')!r}, or ingest into another --store",
             )
+
+    def _check_writer(self) -> None:
+        if self.guard is not None:
+            self.guard()
+
+    def migrate(self) -> None:
+        """Schema 1 -> 2, by a writer (it holds the store's write lock): a fresh version row,
+        then the new schema on both collections. The records and chunks are unchanged. A
+        crash between the steps leaves schema 1, which the next writer migrates again."""
+        self.bump_version()
+        for col in (self.docs, self.col):
+            meta = {k: v for k, v in (col.metadata or {}).items() if not k.startswith("hnsw:")}
+            col.modify(metadata={**meta, "schema": SCHEMA_VERSION, "ragkit": __version__})
+        self.schema = SCHEMA_VERSION
 
     # ------------------------------------------------------------ documents
 
@@ -416,6 +467,8 @@ class ChromaStore:
         return (self.url or str(Path(self.path).resolve()), self.name)
 
     def _version(self) -> str | None:
+        if self.schema < 2:  # an older writer may commit without bumping the row: read in full
+            return None
         got = self.docs.get(ids=[_VERSION_ID], include=["metadatas"])
         return str((got["metadatas"] or [{}])[0].get("nonce")) if got["ids"] else None
 
@@ -444,15 +497,18 @@ class ChromaStore:
     def commit_document(self, record: DocRecord) -> None:
         """The commit point: one upsert of one record. The version it replaces is noted in
         the journal first, so a crash before its chunks are deleted leaves work for `gc`."""
+        self._check_writer()
         got = self.docs.get(ids=[record.key], include=["metadatas"])
         if got["ids"]:
             old = (got["metadatas"] or [{}])[0].get("doc_id")
             if old and old != record.doc_id:
                 self._journal([old])
-        self.docs.upsert(ids=[record.key], embeddings=[[0.0]], metadatas=[record.to_meta()])
-        self.bump_version()
+        with chroma_write(self):
+            self.docs.upsert(ids=[record.key], embeddings=[[0.0]], metadatas=[record.to_meta()])
+            self.bump_version()
 
     def remove_document(self, key: str) -> DocRecord | None:
+        self._check_writer()
         got = self.docs.get(ids=[key], include=["metadatas"])
         if not got["ids"]:
             return None
@@ -476,9 +532,12 @@ class ChromaStore:
         p = self._journal_path()
         if p is None or not doc_ids:
             return
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "a") as f:
-            f.write("".join(f"{d}\n" for d in doc_ids))
+        with writing(p):
+            p.parent.mkdir(parents=True, exist_ok=True)
+            with open(p, "a") as f:
+                f.write("".join(f"{d}\n" for d in doc_ids))
+                f.flush()
+                os.fsync(f.fileno())  # the journal must be on disk before the chunks it names
 
     def _pending(self) -> set[str]:
         p = self._journal_path()
@@ -490,15 +549,17 @@ class ChromaStore:
     # ------------------------------------------------------------ chunks
 
     def add_chunks(self, ids, embeddings, texts, metas) -> None:
+        self._check_writer()
         doc_ids = sorted({str(m.get("doc_id", "")) for m in metas} - {""})
         self._journal(doc_ids)
-        for i in range(0, len(ids), 1000):
-            self.col.upsert(
-                ids=ids[i : i + 1000],
-                embeddings=embeddings[i : i + 1000],
-                documents=texts[i : i + 1000],
-                metadatas=[{k: v for k, v in m.items() if v is not None} for m in metas[i : i + 1000]],
-            )
+        with chroma_write(self):
+            for i in range(0, len(ids), 1000):
+                self.col.upsert(
+                    ids=ids[i : i + 1000],
+                    embeddings=embeddings[i : i + 1000],
+                    documents=texts[i : i + 1000],
+                    metadatas=[{k: v for k, v in m.items() if v is not None} for m in metas[i : i + 1000]],
+                )
         self.sidecars.add(ids, embeddings, texts, metas)
         self.written.update(doc_ids)
 
@@ -518,6 +579,7 @@ class ChromaStore:
         sidecars of doc_ids no record points to. Only the doc_ids in the journal are looked
         at (a crash can leave no others), so the cost does not grow with the store; `full`
         scans every chunk's metadata instead (for a store whose writer kept no journal)."""
+        self._check_writer()
         live = {r.doc_id for r in self.documents()}
         n = 0
         if full:
@@ -737,7 +799,14 @@ class ServerLease:
     lock only if the record is its own. A holder renews the lease every `lease_s / 3`; a
     lease not renewed for `lease_s` (a writer that crashed or lost the network) expires,
     and the next writer deletes it — conditionally on its owner, so a fresh holder's record
-    is never deleted — and takes the lock."""
+    is never deleted — and takes the lock.
+
+    Renewal is conditional too: a holder renews only while its own lease is at least
+    `lease_s / 6` from expiry by its clock (only after expiry may another writer take it), and
+    only if the record is still its own; otherwise the lease is *lost*, and `check()`, which
+    the store calls before every write, stops the writer with exit 5. Chroma has no
+    compare-and-swap, so one window remains: a pause of more than `lease_s / 6` between the
+    last check and the update itself (a few microseconds of code)."""
 
     RECORD = "writer"
 
@@ -753,6 +822,8 @@ class ServerLease:
         self.info = {"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid()}
         self._stop = None
         self._thread = None
+        self._expires = 0.0  # when the lease this writer last wrote runs out (its own clock)
+        self.lost: str | None = None  # why this writer no longer holds the lease
 
     def _holder(self) -> dict | None:
         got = self.col.get(ids=[self.RECORD], include=["metadatas"])
@@ -771,9 +842,11 @@ class ServerLease:
                 self.col.delete(ids=[self.RECORD], where={"owner": held["owner"]})  # expired lease
                 held = None
             if held is None:
-                self.col.add(ids=[self.RECORD], embeddings=[[0.0]], metadatas=[self._meta()])
+                meta = self._meta()
+                self.col.add(ids=[self.RECORD], embeddings=[[0.0]], metadatas=[meta])
                 held = self._holder()
             if held is not None and held.get("owner") == self.owner:
+                self._expires = float(held.get("expires", 0))
                 break
             if time.monotonic() >= deadline:
                 who = f" (host {held.get('host')}, pid {held.get('pid')})" if held else ""
@@ -791,17 +864,49 @@ class ServerLease:
     def _renew(self) -> None:
         while not self._stop.wait(self.lease_s / 3):
             try:
-                held = self._holder()
-                if held is None or held.get("owner") != self.owner:
-                    return  # expired and taken by another writer (a pause longer than the lease): stop renewing
-                self.col.update(ids=[self.RECORD], metadatas=[self._meta()])
+                if not self.renew_once():
+                    return
             except Exception:  # the server is unreachable: the writer's own calls will fail and say so
                 pass
+
+    def renew_once(self) -> bool:
+        """One renewal; False (and `lost` set) when this writer no longer holds the lease."""
+        margin = self.lease_s / 6
+        if self.lost:
+            return False
+        if time.time() >= self._expires - margin:
+            self.lost = f"its {self.lease_s:.0f} s lease ran out before it was renewed (the process was paused or cut off)"
+            return False
+        held = self._holder()
+        if held is None or held.get("owner") != self.owner:
+            self.lost = "another writer took the lease over"
+            return False
+        meta = self._meta()
+        if time.time() >= self._expires - margin:  # paused while reading: the lease may be another's now
+            self.lost = f"its {self.lease_s:.0f} s lease ran out before it was renewed (the process was paused or cut off)"
+            return False
+        self.col.update(ids=[self.RECORD], metadatas=[meta])
+        self._expires = meta["expires"]
+        return True
+
+    def check(self) -> None:
+        """Called before every write: a writer whose lease is lost or run out stops (exit 5)
+        rather than write beside the writer that may hold it now."""
+        if self.lost is None and time.time() >= self._expires:
+            self.lost = f"its {self.lease_s:.0f} s lease ran out before it was renewed (the process was paused or cut off)"
+        if self.lost:
+            raise StoreLocked(
+                f"this ragkit process stopped writing to the Chroma collection {self.where!r}: {self.lost}, "
+                "so another writer may be at work",
+                hint="run the command again: documents already committed are kept, the one being written was not committed",
+            )
 
     def __exit__(self, *exc) -> None:
         if self._stop is not None:
             self._stop.set()
             self._thread.join(5)
+        if self.lost:
+            return  # never delete a record: it may be the new holder's (the delete is by owner, but be plain)
         try:
             self.col.delete(ids=[self.RECORD], where={"owner": self.owner})
         except Exception:
@@ -829,6 +934,11 @@ class StoreWriter:
                 self.local.__exit__(None, None, None)
                 raise
         return self
+
+    def check(self) -> None:
+        """Before each write: stop (StoreLocked, exit 5) if the server lease was lost."""
+        if self.lease is not None:
+            self.lease.check()
 
     def __exit__(self, *exc) -> None:
         try:

@@ -108,6 +108,48 @@ def test_a_server_that_is_not_there_is_a_clear_store_error(tmp_path):
     assert "cannot open the Chroma store at http://127.0.0.1:" in msg and "\n" not in msg
 
 
+def test_a_writer_that_lost_its_lease_stops_before_its_next_write(chroma_server, tmp_path):
+    """Store item 2: a writer paused past its lease (here: its renewals stopped and the lease
+    run out) must not renew over the writer that took the lease, and must stop (exit 5)
+    before its next write instead of writing beside it."""
+    import time as _time
+
+    from ragkit.errors import StoreLocked
+    from ragkit.store import ChromaStore, ServerLease
+
+    client = ChromaStore.connect(chroma_server)
+    a = ServerLease(client, "paused", lease_s=1.2).__enter__()
+    a._stop.set()  # the pause: no renewal runs
+    a._thread.join(5)
+    a.check()  # still within its lease: may write
+    _time.sleep(1.4)  # past the lease
+    b = ServerLease(client, "paused", lease_s=60, wait_s=5).__enter__()  # takes the expired lease
+    try:
+        assert b._holder()["owner"] == b.owner
+        assert a.renew_once() is False  # the paused writer wakes up: it does not renew over b
+        assert b._holder()["owner"] == b.owner and a.lost
+        with pytest.raises(StoreLocked) as info:
+            a.check()
+        assert info.value.exit_code == 5 and "stopped writing" in str(info.value)
+        a.__exit__(None, None, None)  # leaving does not delete the new holder's record
+        assert b._holder()["owner"] == b.owner
+        b.check()
+        assert b.renew_once() is True
+        # the store's own writes ask first: a store guarded by the lost lease writes nothing
+        settings = make_settings(tmp_path / "unused").model_copy(
+            update={"store_url": chroma_server, "collection": "paused-store", "cache_dir": tmp_path / "cache"})
+        from ragkit.embed import load_embedder
+        from ragkit.store import open_store
+
+        st = open_store(settings, load_embedder(settings), create=True)
+        st.guard = a.check
+        with pytest.raises(StoreLocked):
+            st.add_chunks(["x:0"], [[0.1] * st.col.metadata["dim"]], ["text"], [{"doc_id": "x", "chunk_index": 0}])
+        assert st.count() == 0
+    finally:
+        b.__exit__(None, None, None)
+
+
 def test_one_writer_per_server_collection_across_machines(chroma_server, tmp_path):
     """Two machines writing one server: their local lock files differ (each machine has its
     own cache folder), so only the lease that lives in the server can refuse the second."""

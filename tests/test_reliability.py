@@ -244,6 +244,40 @@ def test_store_from_a_newer_ragkit_or_other_embedder_is_refused(tmp_path):
     assert res.exit_code == 4 and "newer ragkit" in res.output and "Traceback" not in res.output
 
 
+def test_a_schema_1_store_is_read_in_full_and_migrated_by_the_next_writer(tmp_path):
+    """Store item 1: the store-version row came in without a schema bump, so an older writer
+    (schema 1) that commits without bumping it left new readers on a stale record list.
+    Now: schema 2; a schema-1 store is read in full (never from the version-keyed list) and
+    the first writer migrates it; an older ragkit then refuses it as newer."""
+    from ragkit.store import _VERSION_ID, SCHEMA_VERSION, DocRecord
+
+    assert SCHEMA_VERSION == 2
+    settings = make_settings(tmp_path / "store")
+    ingest([CORPORA / "cnli_dev_019.pdf"], settings)
+    st = open_store(settings, load_embedder(settings), create=False)
+    assert st.col.metadata["schema"] == 2 and st.docs.get(ids=[_VERSION_ID])["ids"]
+    # make it the store an older ragkit wrote: schema 1 on both collections
+    for col in (st.col, st.docs):
+        col.modify(metadata={**{k: v for k, v in (col.metadata or {}).items() if not k.startswith("hnsw:")}, "schema": 1})
+    old = open_store(settings, load_embedder(settings), create=False)
+    assert old.schema == 1 and [r.name for r in old.documents()] == ["cnli_dev_019.pdf"]
+    # an older writer commits a record without bumping the version row: a reader sees it at once
+    rec = old.documents()[0]
+    twin = DocRecord.from_meta("twin-key", {**rec.to_meta(), "name": "twin.pdf"})
+    old.docs.upsert(ids=["twin-key"], embeddings=[[0.0]], metadatas=[twin.to_meta()])
+    assert [r.name for r in old.documents()] == ["cnli_dev_019.pdf", "twin.pdf"]
+    old.docs.delete(ids=["twin-key"])
+    assert [r.name for r in old.documents()] == ["cnli_dev_019.pdf"]
+    # the next writer migrates it, keeping every record and chunk
+    n_chunks = old.count()
+    report = ingest([CORPORA / "cnli_dev_019.pdf"], settings)
+    assert report.failed == [] and report.unchanged == 1
+    new = open_store(settings, load_embedder(settings), create=False)
+    assert new.schema == 2 and new.col.metadata["schema"] == 2 and new.docs.metadata["schema"] == 2
+    assert [r.name for r in new.documents()] == ["cnli_dev_019.pdf"] and new.count() == n_chunks
+    assert new.docs.get(ids=[_VERSION_ID])["ids"] == [_VERSION_ID]
+
+
 def test_forty_malformed_files_one_clear_line_each_and_the_store_is_untouched(tmp_path):
     """≥40 bad inputs through the real CLI: each is named once with its reason, exit 1,
     no traceback, a good file in the same batch goes in, and what was ingested before
@@ -341,3 +375,99 @@ def test_in_ci_a_skip_fails_the_run_and_an_xfail_does_not(tmp_path):
     rc, out = run()
     assert rc == 0, out
     assert re.search(r"\b1 passed, 3 skipped, 1 xfailed\b", out) and "skipped in CI" not in out, out
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real filesystem of 48 MB (tmpfs, mounted as root, as CI runs), unmounted after."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a small filesystem here (needs root): {res.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _fill(disk: Path) -> Path:
+    """Fill the filesystem to the last byte: one file, written (unbuffered) until ENOSPC."""
+    filler = disk / "filler.bin"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for size in (1 << 16, 4096, 512, 1):
+            while True:
+                try:
+                    if os.write(fd, b"\0" * size) < size:
+                        break
+                except OSError:
+                    break
+    finally:
+        os.close(fd)
+    return filler
+
+
+def _consistent(settings) -> list[str]:
+    st = open_store(settings, load_embedder(settings), create=False)
+    for r in st.documents():  # every committed record has all of its chunks
+        assert st.has_chunks(r.doc_id) == r.n_chunks, r.name
+    return sorted(r.name for r in st.documents())
+
+
+def test_a_full_disk_stops_the_ingest_with_a_store_error_and_loses_nothing(small_disk):
+    """Store item 5: a write that fails on a full disk is one exit-4 line naming the store and
+    the reason, never a traceback; what was committed before stays whole and readable, and
+    once space is freed the same command completes. The disk is left with 0, 200 KB and
+    400 KB free, so the failure lands at different writes (Chroma's open, its log, its
+    compaction, the sidecars...)."""
+    import json
+
+    store = small_disk / "store"
+    settings = make_settings(store)
+    assert ingest([CORPORA / "cnli_dev_019.pdf"], settings).failed == []
+    cmd = [sys.executable, "-m", "ragkit.cli", "ingest", str(CORPORA / "cnli_dev_411.pdf"), str(CORPORA / "cnli_dev_054.docx"),
+           "--store", str(store), "--json"]
+    refused = 0
+    for slack in (0, 200_000, 400_000):
+        filler = _fill(small_disk)
+        os.truncate(filler, max(0, filler.stat().st_size - slack))
+        res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert res.returncode in (0, 4), (slack, res.returncode, res.stdout[-2000:], res.stderr[-2000:])
+        assert "Traceback" not in res.stderr + res.stdout
+        if res.returncode == 4:
+            refused += 1
+            err = json.loads(res.stdout.strip().splitlines()[-1])
+            assert err["exit_code"] == 4 and str(store) in err["error"] and "full" in err["error"], err
+        filler.unlink()
+        assert "cnli_dev_019.pdf" in _consistent(settings)  # committed before: whole
+    assert refused >= 1
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert _consistent(settings) == ["cnli_dev_019.pdf", "cnli_dev_054.docx", "cnli_dev_411.pdf"]
+
+
+@pytest.mark.parametrize("blocked", ["sidecars", "bm25"])
+def test_an_unwritable_index_or_sidecar_folder_is_a_store_error(tmp_path, blocked):
+    """Store item 5: the sidecars and the lexical index are written durably (flushed, then
+    renamed in); when they cannot be written at all (here a plain file sits where their
+    folder must be: a real OSError, as root too) the ingest stops with exit 4 naming the
+    path, and the store's records stay whole."""
+    import json
+
+    store = tmp_path / "store"
+    settings = make_settings(store)
+    assert ingest([CORPORA / "cnli_dev_019.pdf"], settings).failed == []
+    target = store / blocked
+    shutil.rmtree(target)
+    target.write_text("not a folder")
+    cmd = [sys.executable, "-m", "ragkit.cli", "ingest", str(CORPORA / "cnli_dev_411.pdf"), "--store", str(store), "--json"]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 4 and "Traceback" not in res.stderr, (res.stdout[-2000:], res.stderr[-2000:])
+    err = json.loads(res.stdout.strip().splitlines()[-1])
+    assert f"cannot write {target}" in err["error"], err
+    target.unlink()
+    assert "cnli_dev_019.pdf" in _consistent(settings)
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert _consistent(settings) == ["cnli_dev_019.pdf", "cnli_dev_411.pdf"]

@@ -71,11 +71,13 @@ def _serve(args: list[str], env: dict | None = None, timeout: int = 120) -> subp
 
 def test_the_command_refuses_a_public_bind_without_a_token(nda_store):
     store = str(nda_store.store)
-    t0 = time.monotonic()
-    res = _serve(["--store", store, "--host", "0.0.0.0", "--port", str(free_port())])
+    # refused before any model loads: the generator named here does not exist, so loading it
+    # would exit 3 (test_a_model_that_cannot_load_exits_3); the refusal is exit 2 and names no model
+    missing = {"RAGKIT_GENERATOR__MODEL": "/nonexistent/never-loaded.gguf"}
+    res = _serve(["--store", store, "--host", "0.0.0.0", "--port", str(free_port())], env=missing)
     assert res.returncode == 2, res.stderr
     assert "refusing to serve on 0.0.0.0" in res.stderr and "--token" in res.stderr and "Traceback" not in res.stderr
-    assert time.monotonic() - t0 < 60  # refused before any model loads
+    assert "never-loaded" not in res.stderr
     # the setting route (RAGKIT_SERVE__HOST), with --json: one JSON error line
     res = _serve(["--store", store, "--port", str(free_port()), "--json"], env={"RAGKIT_SERVE__HOST": "0.0.0.0"})
     assert res.returncode == 2
@@ -332,18 +334,15 @@ def test_a_client_that_disconnects_mid_stream_frees_the_generator(server):
                 break
     assert server.health()["busy"] is True  # still generating its (long) answer
     stream.close()  # the client goes away mid-answer
-    t0 = time.monotonic()
-    _wait(lambda h: not h["busy"], 10, "generator free", server)
-    freed = time.monotonic() - t0
-    assert freed < 5, freed
+    # freed by the disconnect, not by finishing: the server logs the stop (how fast is a speed
+    # figure and depends on the machine's load, so it is not asserted here)
+    _wait(lambda h: not h["busy"], 120, "generator free", server)
     log = server.err_path.read_text(errors="replace")
     assert log.count("client disconnected; generation stopped") == before + 1, server.log()
-    # the next request is answered at once (the KV cache still holds the document)
-    t0 = time.monotonic()
+    # the next request is answered (the KV cache still holds the document)
     r = client.chat.completions.create(model=LONG_DOC, max_tokens=8, messages=[{"role": "user", "content": LONG_Q}])
     assert r.choices[0].message.content.strip() and r.usage.completion_tokens > 0
     assert r.usage.prompt_tokens_details.cached_tokens > 0.5 * r.usage.prompt_tokens
-    assert time.monotonic() - t0 < 30
 
 
 # ---------------------------------------------------------------------- offline

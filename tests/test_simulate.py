@@ -139,14 +139,25 @@ def test_simulate_measures_slices_and_projects_the_whole_model(tmp_path):
     assert S.clean(settings) > 0 and not S.slice_dir(settings).exists()
 
 
-def test_the_projection_matches_a_whole_model_within_the_stated_error(tmp_path):
+def test_validation_reports_the_error_of_its_own_figures(tmp_path):
     """The rule T = T(base) + n x (T(base + 1 MoE) - T(base)) against a whole random model
-    of 1 dense + 4 MoE layers at a reduced width (hidden 2048, 64 experts). Stated error
-    (README): 25%; measured here +5% to +12% (prefill) and -4% to -13% (decode) over 5 runs."""
-    check = S.validate(_settings(tmp_path), tmp_path / "v", decode_tokens=32)
-    errs = check["relative_error"]
-    assert set(errs) == {"prefill_256", "prefill_1024", "decode"}
-    assert all(math.isfinite(v) and abs(v) <= 0.25 for v in errs.values()), check
+    (here 1 dense + 3 MoE layers at a small width, so it runs in seconds). How close the
+    projection comes is a speed figure, so it lives in a benchmark
+    (`eval/bench_simulate.py`, `ragkit doctor --simulate --validate`), never in the suite:
+    a busy machine moves it. What is checked here is that the error reported is the error
+    of the figures reported beside it, and that the whole model was really measured."""
+    dims = dict(SMALL256, n_dense=1)
+    check = S.validate(_settings(tmp_path), tmp_path / "v", dims=dims, lengths=[64, 128], decode_tokens=4, repeats=1)
+    errs, whole, proj = check["relative_error"], check["measured_whole_s"], check["projected_s"]
+    assert set(errs) == {"prefill_64", "prefill_128", "decode"}
+    assert all(whole[k] > 0 and proj[k] > 0 for k in ("prefill_64", "prefill_128"))
+    # each figure is rounded (4 decimals for prefill seconds, 5 for decode, 3 for the error):
+    # the recomputed error may differ by what that rounding allows, no more
+    for k, half_ulp in (("prefill_64", 5e-5), ("prefill_128", 5e-5), ("decode_per_token", 5e-6)):
+        e = errs["decode" if k == "decode_per_token" else k]
+        tol = 5e-4 + half_ulp * (1 + proj[k] / whole[k]) / whole[k] + 1e-9
+        assert e == pytest.approx((proj[k] - whole[k]) / whole[k], abs=tol), (k, check)
+    assert check["dims"]["n_layer"] == dims["n_layer"]
 
 
 def test_cli_usage_errors_and_clean(tmp_path, monkeypatch):

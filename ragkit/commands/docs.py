@@ -66,8 +66,9 @@ def docs_rm(
     try:
         settings = _settings(store)
         embedder = load_embedder(settings)
-        with StoreWriter(settings):
+        with StoreWriter(settings) as writer:
             st = open_store(settings, embedder, create=False)
+            st.guard = writer.check
             recs = resolve_docs(st.documents(), names)
             removed = [st.remove_document(r.key) for r in recs]
             from ragkit.ingest.pipeline import sync_lexical_index

@@ -1,6 +1,6 @@
 """Embed each text once: a content-addressed embedding cache kept in the chunk records.
 
-Key: sha256 of the embedder's identity (name and dimension) and the exact text it
+Key: sha256 of the embedder's identity (name, dimension, backend and precision) and the exact text it
 embeds (`Chunk.embed_text()`); value: the vector. The key is stored as the chunk
 record's `text_hash` metadata, so the cache IS the chunk collection: a vector and the
 text it was computed from are one record, written by one upsert, and there is no second
@@ -20,8 +20,13 @@ from typing import Callable
 
 
 def identity(embedder) -> str:
-    """What makes two vectors of the same text interchangeable: the model and its size."""
-    return f"{embedder.name}\x00{int(embedder.dim)}"
+    """What makes two vectors of the same text interchangeable: the model, its size, and
+    the backend and precision that computed them (`variant`: "torch-fp32", "onnx-int8"...).
+    The store accepts vectors of every backend of one model (they agree to a cosine of 0.99
+    and better), but a cached vector must be the one this embedder would compute: an int8
+    vector depends on its batch-mates and is not what an fp32 re-ingest asked for."""
+    variant = getattr(embedder, "variant", None) or type(embedder).__name__
+    return f"{embedder.name}\x00{int(embedder.dim)}\x00{variant}"
 
 
 def text_hash(ident: str, text: str) -> str:

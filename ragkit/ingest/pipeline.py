@@ -21,7 +21,7 @@ from typing import Callable
 
 from ragkit.config import Settings
 from ragkit.embed import Embedder, load_embedder
-from ragkit.errors import DocumentError, UsageError
+from ragkit.errors import DocumentError, StoreError, UsageError
 from ragkit.ingest import embcache
 from ragkit.ingest.loaders import SUPPORTED, load
 from ragkit.ingest.model import Chunk
@@ -61,8 +61,22 @@ class IngestReport:
         }
 
 
-def doc_id_for(sha256: str) -> str:
-    return sha256[:24]
+def doc_id_for(sha256: str, chunking: str = "") -> str:
+    """A stored version of a document: its content and how it was cut into chunks
+    (`chunking_key`). The same bytes chunked another way are another version, with chunks
+    of their own, so re-chunking never leaves a longer old version's tail chunks live under
+    the id. 24 hex digits."""
+    if not chunking:
+        return sha256[:24]
+    return hashlib.sha256(f"{sha256}\x00{chunking}".encode()).hexdigest()[:24]
+
+
+def chunking_key(settings: Settings, embedder: Embedder) -> str:
+    """What decides the chunks of a file besides its bytes (the settings `chunk_file` reads)."""
+    i = settings.ingest
+    max_tokens = min(i.chunk_tokens or embedder.max_tokens, embedder.max_tokens)
+    return (f"v1|{i.pdf_engine}|{max_tokens}|{i.min_chunk_tokens}|{i.max_pages}|{i.ocr_lang}|{i.tables}|"
+            f"{embedder.name}")
 
 
 def discover(paths: list[Path]) -> tuple[list[Path], list[dict]]:
@@ -413,9 +427,11 @@ def ingest(
         emit("failed", f)
     embedder = load_embedder(settings)
     ident = embcache.identity(embedder)
-    with StoreWriter(settings, wait_s):
+    chunking = chunking_key(settings, embedder)
+    with StoreWriter(settings, wait_s) as writer:
         t0 = time.perf_counter()
         store = open_store(settings, embedder, create=True)
+        store.guard = writer.check  # a writer that lost the server lease stops before its next write
         store.gc()  # finish what an interrupted run left behind
         existing = {r.key: r for r in store.documents()}
         tm["store_s"] += time.perf_counter() - t0
@@ -433,7 +449,7 @@ def ingest(
             except DocumentError as exc:
                 plan.append((path, key, None, None, old, exc.reason))
                 continue
-            if old is not None and old.doc_id == doc_id_for(sha) and store.has_chunks(old.doc_id) == old.n_chunks:
+            if old is not None and old.doc_id == doc_id_for(sha, chunking) and store.has_chunks(old.doc_id) == old.n_chunks:
                 plan.append((path, key, sha, st, old, "unchanged"))
             else:
                 plan.append((path, key, sha, st, old, None))
@@ -468,13 +484,14 @@ def ingest(
                 try:
                     if state is not None:
                         raise DocumentError(key, state)
-                    _ingest_one(path, key, sha, st, old, store, settings, embedder, ident, parsers, report, existing, emit)
+                    _ingest_one(path, key, sha, st, old, store, settings, embedder, ident, parsers, report, existing, emit,
+                                chunking)
                 except DocumentError as exc:
                     item = {"path": key, "error": exc.reason}
                     report.failed.append(item)
                     emit("failed", item)
-                except (KeyboardInterrupt, SystemExit):
-                    raise
+                except (KeyboardInterrupt, SystemExit, StoreError):
+                    raise  # the store itself failed (a full disk, a lost lease): the batch stops, exit 4 or 5
                 except Exception as exc:  # a bug or a library failure on one file must not stop the batch
                     item = {"path": key, "error": _error_reason(exc)}
                     report.failed.append(item)
@@ -499,7 +516,8 @@ def ingest(
     return report
 
 
-def _ingest_one(path, key, sha, st, old, store, settings, embedder, ident, parsers, report, existing, emit) -> None:
+def _ingest_one(path, key, sha, st, old, store, settings, embedder, ident, parsers, report, existing, emit,
+                chunking: str = "") -> None:
     """Parse result -> vectors (cache, then embedder) -> chunks written -> commit."""
     tm = report.timings
     for attempt in range(2):
@@ -519,7 +537,7 @@ def _ingest_one(path, key, sha, st, old, store, settings, embedder, ident, parse
         st = now
         sha = _hash_file(path)
     _, chunks, n_sections, n_pages, t_parse, _stats = res
-    doc_id = doc_id_for(sha)
+    doc_id = doc_id_for(sha, chunking)
     t0 = time.perf_counter()
     n_existing = store.has_chunks(doc_id)
     tm["store_s"] += time.perf_counter() - t0

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ragkit.durable import fsync_dir, fsync_file, replace_durably, writing
+
 # Scripts written without spaces between words: CJK ideographs, kana and Hangul syllables
 # are indexed as overlapping character bigrams (no dictionary needed; jieba's is 20 MB).
 _CJK = "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
@@ -225,13 +227,21 @@ class Segment:
     def save(self, folder: Path) -> None:
         """Write to `folder/<name>` (a temp folder renamed into place)."""
         tmp = folder / f".{self.name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        for k in ("ids", "dl", "term_ptr", "post_rows", "post_tf", "post_dl"):
-            np.save(tmp / f"{k}.npy", np.asarray(getattr(self, k)))
-        (tmp / "meta.json").write_text(json.dumps({"doc_ids": self.doc_ids, "doc_ptr": self.doc_ptr.tolist(),
-                                                   "terms": self.terms, "analyzer": analyzer_id()}))
-        os.replace(tmp, folder / self.name)
+        with writing(folder / self.name):
+            try:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+                for k in ("ids", "dl", "term_ptr", "post_rows", "post_tf", "post_dl"):
+                    np.save(tmp / f"{k}.npy", np.asarray(getattr(self, k)))
+                (tmp / "meta.json").write_text(json.dumps({"doc_ids": self.doc_ids, "doc_ptr": self.doc_ptr.tolist(),
+                                                           "terms": self.terms, "analyzer": analyzer_id()}))
+                for f in os.listdir(tmp):  # every file on disk before the folder is renamed in
+                    fsync_file(tmp / f)
+                fsync_dir(tmp)
+                replace_durably(tmp, folder / self.name)
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
 
     @classmethod
     def load(cls, path: Path) -> "Segment":
@@ -444,8 +454,16 @@ def _write_manifest(folder: Path, segments: list[Segment], live: dict[str, set[s
     man = {"format": FORMAT, "analyzer": analyzer_id(), "fingerprint": fingerprint(docs),
            "segments": [{"name": s.name, "live": sorted(live.get(s.name, ()))} for s in segments]}
     tmp = folder / f".manifest.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(man))
-    os.replace(tmp, folder / "manifest.json")
+    with writing(folder / "manifest.json"):
+        try:
+            with open(tmp, "w") as f:
+                f.write(json.dumps(man))
+                f.flush()
+                os.fsync(f.fileno())
+            replace_durably(tmp, folder / "manifest.json")  # the commit point of the index
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
     keep = {s.name for s in segments} | {"manifest.json"}
     for name in os.listdir(folder):  # segments no manifest names, and an older format's files
         if name not in keep and not name.startswith("."):
@@ -574,7 +592,8 @@ def refresh(store, folder: Path) -> bool:
     if index is not None and not changed:
         return False
     segs, lv = _merge_policy(segs, lv)
-    folder.mkdir(parents=True, exist_ok=True)
+    with writing(folder):
+        folder.mkdir(parents=True, exist_ok=True)
     for s in segs:
         if not (folder / s.name).exists():
             s.save(folder)
