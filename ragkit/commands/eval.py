@@ -62,7 +62,7 @@ def run_cmd(
     limit: Optional[int] = typer.Option(None, "--limit", help="only the first N questions of the set"),
     retrieval_only: bool = typer.Option(False, "--retrieval-only", help="build prompts only and score retrieval (no generation)"),
     concurrency: int = typer.Option(1, "--concurrency", help="questions in flight at once (1 for the in-process llama.cpp backend)"),
-    out: Path = typer.Option(..., "--out", help="run folder: answers.jsonl (checkpoint), report.json/.md/.html"),
+    out: Path = typer.Option(..., "--out", help="run folder: answers.jsonl (checkpoint), report.json/.md/.html, rows.csv/.xlsx"),
     as_json: bool = JsonOpt,
 ) -> None:
     """Answer every question of a set, checkpointing as it goes (rerun to resume), then score and report."""
@@ -122,7 +122,8 @@ def run_cmd(
     m = report["metrics"]
     notes = report.get("notes", [])
     if as_json:
-        cli._print_json({"out": str(out), "notes": notes, "metrics": m, "nli": report.get("nli")})
+        cli._print_json({"out": str(out), "notes": notes, "metrics": m, "nli": report.get("nli"), "files": report["files"],
+                         "rows": report["rows"]})
         return
     from rich.markup import escape
     from rich.table import Table
@@ -137,6 +138,16 @@ def run_cmd(
             table.add_row(k, fmt(v))
     cli.out.print(table)
     err.print(f"report: {out / 'report.html'}", highlight=False)
+    _say_rows(cli, report)
+
+
+def _say_rows(cli, report: dict) -> None:
+    """Where the rows for a spreadsheet went, and why the xlsx did not when it did not."""
+    files = report["files"]
+    names = [files[k] for k in ("rows_csv", "rows_xlsx") if files.get(k)]
+    cli.err.print(f"rows: {', '.join(names)}", highlight=False)
+    if report["rows"].get("note"):
+        cli.err.print(f"[yellow]note:[/] {report['rows']['note']}", highlight=False)
 
 
 @eval_app.command("compare")
@@ -146,6 +157,7 @@ def compare_cmd(
     threshold: float = typer.Option(0.02, "--threshold", help="a quality metric (0..1) that drops by more than this is a regression"),
     cost_threshold: float = typer.Option(0.10, "--cost-threshold", help="a token or projected-prefill metric that grows by more than this share is a regression"),
     latency: bool = typer.Option(False, "--latency", help="also flag measured latencies (p50/p95 per stage) that grow by more than --cost-threshold"),
+    out: Optional[Path] = typer.Option(None, "--out", help="a folder to write compare_rows.csv/.xlsx into: every question of both runs side by side, with what changed"),
     as_json: bool = JsonOpt,
 ) -> None:
     """Print metric deltas B - A; exit 1 when a metric regressed by more than the threshold."""
@@ -155,9 +167,22 @@ def compare_cmd(
     cli = _cli()
     try:
         res = compare(load_report(run_a), load_report(run_b), threshold=threshold, cost_threshold=cost_threshold, latency=latency)
+        if out is not None:
+            from ragkit.eval.rows import write_compare_rows
+
+            rows = write_compare_rows(out, run_a, run_b)
+            res["files"] = rows.pop("files")
+            res["compare_rows"] = rows
     except RagkitError as exc:
         cli._fail(exc, as_json)
         return
+    res.setdefault("files", {})  # the row files written (with --out)
+    if out is not None and not as_json:
+        rows = res["compare_rows"]
+        names = [p for p in res["files"].values() if p]
+        cli.err.print(f"rows: {', '.join(names)} ({rows['n_changed']} of {rows['n_rows']} questions changed)", highlight=False)
+        if rows["note"]:
+            cli.err.print(f"[yellow]note:[/] {rows['note']}", highlight=False)
     if as_json:
         cli._print_json(res)
     else:
@@ -196,6 +221,7 @@ def rescore_cmd(
         cli._fail(exc, as_json)
         return
     if as_json:
-        cli._print_json({"out": str(run_dir), "metrics": report["metrics"]})
+        cli._print_json({"out": str(run_dir), "metrics": report["metrics"], "files": report["files"], "rows": report["rows"]})
     else:
         cli.err.print(f"rewrote {run_dir / 'report.html'}", highlight=False)
+        _say_rows(cli, report)

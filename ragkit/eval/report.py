@@ -103,6 +103,12 @@ def miss_note(m: dict) -> str | None:
     return "; ".join(parts) + "; counted as misses"
 
 
+def rows_line(rows: dict) -> str:
+    """Which row files the run folder holds (rows.csv, rows.xlsx), and why one is not there."""
+    names = " and ".join(n for n in (rows.get("csv"), rows.get("xlsx")) if n)
+    return f"one row per question: {names}" + (f" ({rows['note']})" if rows.get("note") else "")
+
+
 def _notes(report: dict) -> list[str]:
     notes = report.get("notes")
     if notes is None:  # a report written before notes existed
@@ -128,6 +134,8 @@ def render_md(report: dict) -> str:
                  f"top_k {report.get('settings', {}).get('retrieve', {}).get('top_k')}; git {str(report.get('git', {}).get('revision'))[:10]}"
                  f"{' (dirty)' if report.get('git', {}).get('dirty') else ''}")
     lines.append(f"- projected prefill at {report.get('prompt_rate_tok_s')} tok/s (generator.prompt_rate_tok_s)")
+    if report.get("rows"):  # one row per question for a spreadsheet (ragkit.eval.rows)
+        lines.append(f"- {rows_line(report['rows'])}")
     lines += ["", "| metric | value |", "|---|---|"]
     for k, v in m.items():
         lines.append(f"| {k} | {fmt(v)} |")
@@ -251,6 +259,8 @@ def render_html(report: dict) -> str:
         f"{m['n_answered']} answered, {m['n_errors']} errors · generator {e(str(gen.get('model')))} n_ctx {gen.get('n_ctx')} "
         f"max_tokens {gen.get('max_tokens')} · git {e(str(git.get('revision'))[:10])}{' (dirty)' if git.get('dirty') else ''} · "
         f"{e(str(report.get('created', '')))}</p>")
+    if report.get("rows"):
+        parts.append(f"<p class='muted'>{e(rows_line(report['rows']))}</p>")
     for title, src in figures(report):
         parts.append(f"<h2>{e(title)}</h2><img alt='{e(title)}' src='{src}'>")
     parts.append("<h2>Metrics</h2><table class='kv'>")

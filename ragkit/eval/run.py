@@ -255,7 +255,7 @@ def prepare(opts: RunOptions) -> tuple[list[EvalItem], Settings]:
 def run_eval(opts: RunOptions, *, on_event: Event | None = None) -> dict:
     """Ingest (when --corpus is given), answer every question not yet answered, score and
     write the reports. Returns the report dict."""
-    from ragkit.eval.report import write_reports
+    from ragkit.eval.rows import write_run_files
 
     emit = on_event or (lambda kind, info: None)
     items, settings = prepare(opts)
@@ -296,7 +296,7 @@ def run_eval(opts: RunOptions, *, on_event: Event | None = None) -> dict:
     report = score(items, records, settings, retrieval_only=opts.retrieval_only)
     report["run"] = {**_meta(opts), "out": str(out), "limit": opts.limit, "corpus": [str(p) for p in opts.corpus],
                      "store": str(settings.store), "profile": settings.profile, "concurrency": concurrency}
-    write_reports(out, report, settings)
+    report["files"] = write_run_files(out, report, settings, items, records)  # reports, then rows.csv / .xlsx
     emit("done", {"out": str(out)})
     return report
 
@@ -595,7 +595,7 @@ def score(items: list[EvalItem], records: dict[str, dict], settings: Settings, *
 def rescore(run_dir: Path) -> dict:
     """Score an existing run folder again (e.g. after a metric changed)."""
     from ragkit.config import load_settings
-    from ragkit.eval.report import write_reports
+    from ragkit.eval.rows import write_run_files
 
     run_dir = Path(run_dir)
     meta_path = run_dir / RUN_META
@@ -617,7 +617,7 @@ def rescore(run_dir: Path) -> dict:
             pass
     report = score(items, records, settings, retrieval_only=bool(meta.get("retrieval_only")))
     report["run"] = {**prev_run, **meta, "out": str(run_dir)}
-    write_reports(run_dir, report, settings)
+    report["files"] = write_run_files(run_dir, report, settings, items, records)  # reports, then rows.csv / .xlsx
     return report
 
 
