@@ -4,7 +4,7 @@
     .venv/bin/python eval/bench_simulate.py [--runs 3] [--bound 0.25] [--json]
 
 Each run builds (once, cached in a temp folder) a whole random model of 1 dense + 4 MoE
-layers at a reduced width (hidden 2048, 64 experts; `ragkit.generate.simulate.SMALL`) and
+layers at a reduced width (hidden 2048, 64 experts; `ragkit.doctor.simulate.SMALL`) and
 its slices, measures all three through ragkit's llama.cpp path, and prints the relative
 error of the projection T = T(base) + n x (T(base + 1 MoE) - T(base)) for prefill at 256
 and 1,024 tokens and for decode. The README states a 25% bound; exit 1 if a run exceeds
@@ -29,7 +29,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from ragkit.config import load_settings
-    from ragkit.generate import simulate as S
+    from ragkit.doctor import simulate as S
 
     out = []
     with tempfile.TemporaryDirectory(prefix="ragkit-bench-sim-") as tmp:

@@ -15,6 +15,7 @@ from typing import Callable
 
 from ragkit.config import Settings
 from ragkit.generate import Choice, Generation, load_generator
+from ragkit.generate.base import match_option  # noqa: F401  (lives with `choose`; re-exported)
 from ragkit.retrieve import Retrieval, retrieve
 from ragkit.retrieve.citations import Citation, extract, is_abstention
 from ragkit.retrieve.claims import Claim
@@ -86,7 +87,7 @@ def _load_checked(settings: Settings):
         settings.profile == "kimi-k2" or settings.generator.tensor_overrides or settings.generator.n_gpu_layers
     ):
         # A plan that cannot fit would thrash the disk for an hour: refuse up front.
-        from ragkit.generate.doctor import check_fit
+        from ragkit.doctor.fit import check_fit
 
         check_fit(settings)
     return load_generator(settings)
@@ -173,22 +174,6 @@ def attach_claims(result: AskResult, settings: Settings) -> None:
         result.answer = ABSTAIN_TEXT
         result.abstained = True
         result.abstain_reason = f"no claim of the answer is supported by a source sentence ({len(result.claims)} checked)"
-
-
-def match_option(text: str, options: list[str]) -> str | None:
-    """The option a short free-text answer starts with ("**Yes.** The agreement..." ->
-    "Yes"); the longest option wins ("Not mentioned" before "No"). None when the answer
-    starts with none of them, or names two ("Yes, No or Not mentioned")."""
-    import re
-
-    low = re.sub(r"^[\W_]+", "", text.strip().lower())
-    hits = [o for o in sorted(options, key=len, reverse=True) if re.match(re.escape(o.lower()) + r"\b", low)]
-    if not hits:
-        return None
-    rest = low[len(hits[0]):][:30]
-    if any(re.search(r"\b" + re.escape(o.lower()) + r"\b", rest) for o in options if o != hits[0]):
-        return None
-    return hits[0]
 
 
 def ask_choice(

@@ -759,8 +759,10 @@ def to_markdown(c: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_html(c: Comparison, paths: dict[str, str]) -> str:
-    """A self-contained page; each quote links to its document at its page."""
+def to_html(c: Comparison, paths: dict[str, str] | None) -> str:
+    """A self-contained page; with `paths` (the command line's memo, for the machine it runs
+    on) each quote links to its document's file at its page; without (a memo exported by
+    the web page, for a reader elsewhere) quotes carry no link, so no server path leaks."""
     e = html.escape
     head = "".join(f"<th>{e(d)}</th>" for d in c.docs)
     body = []
@@ -771,11 +773,14 @@ def to_html(c: Comparison, paths: dict[str, str]) -> str:
             if f is None or not f.quote:
                 cells.append(f"<td class='nf'>{e(missing(f))}</td>")
                 continue
-            href = Path(paths.get(d, d)).resolve().as_uri() + (f"#page={f.page}" if f.page else "")
+            quote = f"“{e(f.quote)}”"
+            if paths is not None:
+                href = Path(paths.get(d, d)).resolve().as_uri() + (f"#page={f.page}" if f.page else "")
+                quote = f"<a href='{e(href)}'>{quote}</a>"
             loc = format_location(f.page, f.section)
             hint = " (closest clause)" if f.label == "Not mentioned" else ""
             hint += f"<br><small class='warn'>⚠ {e(f.note)}</small>" if f.note else ""
-            cells.append(f"<td><b>{e(f.label)}</b>{e(_conf(f))}{hint}<blockquote><a href='{e(href)}'>“{e(f.quote)}”</a></blockquote><small>{e(loc)}{e(claim_support(f))}</small></td>")
+            cells.append(f"<td><b>{e(f.label)}</b>{e(_conf(f))}{hint}<blockquote>{quote}</blockquote><small>{e(loc)}{e(claim_support(f))}</small></td>")
         cls = "diff" if r.difference.startswith("differs") else ""
         body.append(f"<tr class='{cls}'><th>{e(r.item.title)}<br><small>{e(r.item.question)}</small></th>{''.join(cells)}<td>{e(r.difference)}</td></tr>")
     return (

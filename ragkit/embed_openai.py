@@ -38,7 +38,7 @@ class OpenAIEmbedder:
     def __init__(self, settings: Settings, tokenizer_model):
         import openai
 
-        from ragkit.generate.openai_compat import CONNECT_TIMEOUT_S, NO_API_KEY, normalize_base_url
+        from ragkit.openai_http import CONNECT_TIMEOUT_S, NO_API_KEY, normalize_base_url
 
         e = settings.embed
         self.cfg = e
@@ -77,7 +77,8 @@ class OpenAIEmbedder:
     def _error(self, exc: Exception, what: str) -> EmbedderError:
         import openai
 
-        from ragkit.generate.openai_compat import _detail, _reason
+        from ragkit.openai_http import connection_reason as _reason
+        from ragkit.openai_http import error_detail as _detail
 
         where = f"the embedding server at {self.base_url}"
         if isinstance(exc, openai.APIConnectionError):

@@ -46,7 +46,7 @@ def v2(tmp_path: Path, max_: str, current: int = 0, inactive_file: int = 0, own:
 # ---------------------------------------------------------------------- cgroup parsing
 
 def test_cgroup_v2_limit_and_usage_less_inactive_cache(tmp_path):
-    from ragkit.generate.doctor import cgroup_memory
+    from ragkit.doctor.fit import cgroup_memory
 
     root, proc = v2(tmp_path, str(2 * GiB), current=1 * GiB, inactive_file=256 * MiB)
     cg = cgroup_memory(root, proc)
@@ -55,7 +55,7 @@ def test_cgroup_v2_limit_and_usage_less_inactive_cache(tmp_path):
 
 
 def test_cgroup_v2_nested_takes_the_tightest_limit_on_the_path(tmp_path):
-    from ragkit.generate.doctor import cgroup_memory
+    from ragkit.doctor.fit import cgroup_memory
 
     root, proc = v2(tmp_path, "max", own="/kubepods/pod1/ctr")
     write(root, {"kubepods/memory.max": f"{8 * GiB}\n", "kubepods/pod1/memory.max": f"{3 * GiB}\n",
@@ -67,13 +67,13 @@ def test_cgroup_v2_nested_takes_the_tightest_limit_on_the_path(tmp_path):
 
 
 def test_cgroup_v2_without_a_limit(tmp_path):
-    from ragkit.generate.doctor import cgroup_memory
+    from ragkit.doctor.fit import cgroup_memory
 
     assert cgroup_memory(*v2(tmp_path, "max")) is None
 
 
 def test_cgroup_v1(tmp_path):
-    from ragkit.generate.doctor import cgroup_memory
+    from ragkit.doctor.fit import cgroup_memory
 
     root = write(tmp_path / "cgroup", {"memory/memory.limit_in_bytes": f"{3 * GiB}\n",
                                        "memory/memory.usage_in_bytes": f"{2 * GiB}\n",
@@ -91,7 +91,7 @@ def test_cgroup_v1(tmp_path):
 
 
 def test_no_cgroup_file_system(tmp_path):
-    from ragkit.generate.doctor import cgroup_memory
+    from ragkit.doctor.fit import cgroup_memory
 
     assert cgroup_memory(tmp_path / "nothing", tmp_path / "no-proc") is None
 
@@ -99,7 +99,7 @@ def test_no_cgroup_file_system(tmp_path):
 def test_host_ram_is_capped_by_the_cgroup_limit(tmp_path):
     import psutil
 
-    from ragkit.generate.doctor import host_facts, ram
+    from ragkit.doctor.fit import host_facts, ram
 
     physical = psutil.virtual_memory()
     assert physical.total > 512 * MiB
@@ -116,7 +116,7 @@ def test_host_ram_is_capped_by_the_cgroup_limit(tmp_path):
 
 
 def test_this_machine_reports_ram_never_zero():
-    from ragkit.generate.doctor import host_facts
+    from ragkit.doctor.fit import host_facts
 
     h = host_facts(Path.cwd())
     assert h.ram_total and h.ram_available and 0 < h.ram_available <= h.ram_total
@@ -131,7 +131,7 @@ def ram_unreadable(monkeypatch, tmp_path):
     read memory, and the cgroup root points at an empty folder."""
     import psutil
 
-    import ragkit.generate.doctor as doctor
+    import ragkit.doctor.fit as doctor
 
     def fail():
         raise OSError("no /proc/meminfo")
@@ -143,7 +143,7 @@ def ram_unreadable(monkeypatch, tmp_path):
 
 def test_unknown_ram_is_unknown_not_zero(ram_unreadable, tiny_kimi):
     from ragkit.config import load_settings
-    from ragkit.generate.doctor import host_facts, model_facts, plan, ram
+    from ragkit.doctor.fit import host_facts, model_facts, plan, ram
 
     assert ram() == (None, None, None, "unknown")
     h = host_facts(tiny_kimi.parent)
@@ -172,7 +172,7 @@ def test_doctor_cli_says_unknown(ram_unreadable, tiny_kimi):
 def test_doctor_exits_3_when_the_cgroup_limit_is_too_small(monkeypatch, tmp_path, tiny_kimi):
     """The real tiny model and the real planner; only the cgroup root is a temp folder,
     with a 256 MiB limit: less than the 1 GiB the planner keeps for the runtime."""
-    import ragkit.generate.doctor as doctor
+    import ragkit.doctor.fit as doctor
 
     root, proc = v2(tmp_path, str(256 * MiB), current=16 * MiB)
     monkeypatch.setattr(doctor, "CGROUP_ROOT", root, raising=False)
@@ -190,7 +190,7 @@ def test_doctor_exits_3_when_the_cgroup_limit_is_too_small(monkeypatch, tmp_path
 def test_doctor_exit_code_matches_does_not_fit(monkeypatch, tiny_kimi):
     """FAKE host facts (unit test): a 0.5 GiB machine, so the exit code is checked apart
     from how RAM is read. The CLI's code is the one `ask` exits with on DoesNotFit."""
-    import ragkit.generate.doctor as doctor
+    import ragkit.doctor.fit as doctor
 
     monkeypatch.setattr(doctor, "host_facts", lambda path, **kw: doctor.HostFacts(
         ram_total=GiB // 2, ram_available=GiB // 2, disk_free=10 * GiB, disk_path=str(path), gpus=[], gpu_offload=False))

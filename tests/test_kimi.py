@@ -201,7 +201,7 @@ def test_doctor_json_sizes_match_the_files_and_llama_cpp(tiny_kimi, kimi_gen):
     from typer.testing import CliRunner
 
     from ragkit.cli import app
-    from ragkit.generate.doctor import kv_cache, model_facts
+    from ragkit.doctor.fit import kv_cache, model_facts
 
     res = CliRunner().invoke(app, ["doctor", "--profile", "kimi-k2", "--model", str(tiny_kimi), "--json"])
     assert res.exit_code == 0, res.output
@@ -245,7 +245,7 @@ def test_doctor_cli_names_a_bad_model_in_one_line(tiny_kimi):
 
 
 def test_check_fit_passes_for_the_fixture(tiny_kimi):
-    from ragkit.generate.doctor import HOST_RESERVE, check_fit
+    from ragkit.doctor.fit import HOST_RESERVE, check_fit
 
     p = check_fit(kimi_settings(tiny_kimi))  # returns the plan it judged; raises when it does not fit
     assert p.fits is True and p.verdict == "fits" and p.reasons == [] and p.recommendations == []
@@ -274,7 +274,7 @@ def kimi_facts(total_bytes: int, expert_bpw: float | None = None):
     """Kimi K2's real tensor list (names and element counts) with byte sizes scaled so the
     model totals `total_bytes`: non-expert tensors at ~8.5 bits/weight (Q8_0), experts at
     whatever bits/weight makes up the rest (UD quants put 1.6-3 bits on experts)."""
-    from ragkit.generate.doctor import ModelFacts
+    from ragkit.doctor.fit import ModelFacts
 
     k = KIMI
     el: list[tuple[str, int, bool]] = [("token_embd.weight", k["n_embd"] * k["n_vocab"], False)]
@@ -314,14 +314,14 @@ def kimi_cfg(**kw):
 
 
 def host(ram_gib: float, gpus: list[tuple[str, int]] = ()):
-    from ragkit.generate.doctor import GPU, HostFacts
+    from ragkit.doctor.fit import GPU, HostFacts
 
     return HostFacts(ram_total=int(ram_gib * 2**30), ram_available=int(ram_gib * 2**30 * 0.95), disk_free=500 * GB,
                      disk_path="/models", gpus=[GPU(n, b, b - 2**30) for n, b in gpus], gpu_offload=True)
 
 
 def test_kimi_sized_tq1_on_a_24_gib_laptop_does_not_fit():
-    from ragkit.generate.doctor import plan
+    from ragkit.doctor.fit import plan
 
     facts = kimi_facts(245 * GB)
     p = plan(facts, kimi_cfg(), host(24))
@@ -337,7 +337,7 @@ def test_kimi_sized_tq1_on_a_24_gib_laptop_does_not_fit():
 
 
 def test_kimi_sized_q2_fits_512_gib_plus_one_h200_with_experts_on_cpu():
-    from ragkit.generate.doctor import plan
+    from ragkit.doctor.fit import plan
 
     facts = kimi_facts(381 * GB)
     gpus = [("NVIDIA H200", 141 * GB)]
@@ -357,7 +357,7 @@ def test_kimi_sized_q2_fits_512_gib_plus_one_h200_with_experts_on_cpu():
 
 
 def test_kimi_context_too_big_for_a_16_gb_gpu_gets_an_n_ctx_that_fits():
-    from ragkit.generate.doctor import plan
+    from ragkit.doctor.fit import plan
 
     facts = kimi_facts(245 * GB)
     cfg = kimi_cfg(n_ctx=131072, n_ubatch=512, n_batch=512)
@@ -374,7 +374,7 @@ def test_kimi_context_too_big_for_a_16_gb_gpu_gets_an_n_ctx_that_fits():
 
 
 def test_check_fit_refuses_with_the_reason(monkeypatch, tiny_kimi):
-    import ragkit.generate.doctor as doctor
+    import ragkit.doctor.fit as doctor
 
     monkeypatch.setattr(doctor, "model_facts", lambda path: kimi_facts(245 * GB))
     monkeypatch.setattr(doctor, "host_facts", lambda path: host(24))

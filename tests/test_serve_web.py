@@ -414,6 +414,26 @@ def test_upload_too_large_is_413(web_store):
     assert not {"big.txt", "huge.txt"} & {r.name for r in store_records(settings)}
 
 
+def test_an_upload_of_several_files_under_the_limit_reaches_the_route(web_store):
+    """Store item 6: the app's guard applied its general body limit (max_upload_mb + 1 MB) to
+    the upload route too, so three files of 0.9 MB each (each under a 1 MB serve.max_upload_mb)
+    were refused as one oversized request before the route's own limits (per file, and a few
+    files per request) could apply. Now the route's own cap is the guard's for that path."""
+    settings, _ = web_store
+    small = settings.model_copy(update={"serve": settings.serve.model_copy(update={"max_upload_mb": 1})})
+    before = store_snapshot(settings)
+    junk = b"%PDF-1.4\n" + b"0" * 900_000  # not a readable PDF: ingest refuses each file by name, quickly
+    with make_client(small) as c:
+        r = upload(c, [(f"part-{i}.pdf", junk) for i in range(3)])
+        assert r.status_code == 200, (r.status_code, r.text[:300])
+        failed = {f["file"]: f["error"] for f in r.json()["result"]["failed"]}
+        assert set(failed) == {"part-0.pdf", "part-1.pdf", "part-2.pdf"} and "limit" not in " ".join(failed.values())
+        # a request over the route's own cap is still refused
+        r = upload(c, [(f"big-{i}.pdf", junk) for i in range(6)])
+        assert r.status_code == 413 and "over the limit of 5242880 bytes" in message(r)
+    assert store_snapshot(settings) == before
+
+
 def test_upload_names_are_sanitised(client, web_store, tmp_path):
     settings, _ = web_store
     uploads = (Path(settings.store) / "uploads").absolute()
@@ -479,6 +499,11 @@ def test_compare_job_and_exports(client):
     html = client.get(f"/api/compare/{job['id']}.html")
     assert html.status_code == 200 and "<table>" in html.text and BONTERMS in html.text
     assert "attachment" in html.headers["content-disposition"]
+    # the export is for a reader elsewhere: the quote is there, the server's files are not
+    settings = client.app.state.ragkit.settings
+    assert "survive" in html.text and "<blockquote>" in html.text
+    assert "file://" not in html.text and "href=" not in html.text
+    assert str(Path(settings.store).resolve()) not in html.text and str(CORPORA.resolve()) not in html.text
     md = client.get(f"/api/compare/{job['id']}.md")
     assert md.status_code == 200 and md.text.startswith("# Clause comparison (nda)")
     assert "| Survival of obligations |" in md.text

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from ragkit.cli import app
 from ragkit.config import load_settings
 from ragkit.errors import UsageError
-from ragkit.generate import simulate as S
+from ragkit.doctor import simulate as S
 from ragkit.generate.gguf_files import read_header
 
 from fixtures.tiny_kimi import HPARAMS, build_tiny_kimi
@@ -106,8 +106,8 @@ def test_every_published_type_writes_valid_blocks_that_llama_cpp_runs(tmp_path):
 
 
 def test_a_slice_that_does_not_fit_is_refused_before_anything_is_written(tmp_path, monkeypatch):
-    # stand-in for the host's memory reading only (ragkit.generate.doctor.ram): 1 GiB free
-    import ragkit.generate.doctor as doctor
+    # stand-in for the host's memory reading only (ragkit.doctor.fit.ram): 1 GiB free
+    import ragkit.doctor.fit as doctor
 
     monkeypatch.setattr(doctor, "ram", lambda *a, **k: (2 << 30, 1 << 30, None, "test"))
     settings = _settings(tmp_path)

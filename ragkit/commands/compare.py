@@ -18,8 +18,8 @@ def register(app: typer.Typer) -> None:
         items: Optional[str] = typer.Option(None, "--items", help="comma-separated item ids (default: all)"),
         store: Optional[Path] = typer.Option(None, "--store", help="store folder"),
         profile: Optional[str] = typer.Option(None, "--profile", help="settings profile"),
-        fmt: str = typer.Option("table", "--format", help="table | md | html"),
-        out_file: Optional[Path] = typer.Option(None, "--out", help="write the md/html memo here"),
+        fmt: str = typer.Option("table", "--format", help="table | md | html | docx (docx needs --out)"),
+        out_file: Optional[Path] = typer.Option(None, "--out", help="write the md/html/docx memo here"),
         as_json: bool = typer.Option(False, "--json", help="print JSON"),
     ) -> None:
         """Compare contracts clause by clause: quote, page and section per document, and the difference."""
@@ -29,12 +29,14 @@ def register(app: typer.Typer) -> None:
 
         from ragkit.commands._common import _fail, _settings
         from ragkit.compare import _conf, compare as run_compare, claim_support, cost_line, missing, to_html, to_markdown
-        from ragkit.errors import RagkitError
+        from ragkit.errors import RagkitError, UsageError
         from ragkit.retrieve.prompt import format_location
 
         err = Console(stderr=True)
-        if fmt not in ("table", "md", "html"):
-            _fail(__import__("ragkit.errors").errors.UsageError("--format must be table, md or html"), as_json)
+        if fmt not in ("table", "md", "html", "docx"):
+            _fail(__import__("ragkit.errors").errors.UsageError("--format must be table, md, html or docx"), as_json)
+        if fmt == "docx" and out_file is None and not as_json:  # a Word file is binary: never on stdout
+            _fail(UsageError("--format docx needs --out FILE.docx (a Word file is not written to the terminal)"), as_json)
         try:
             settings = _settings(store, profile)
             result = run_compare(
@@ -52,6 +54,15 @@ def register(app: typer.Typer) -> None:
             return
         if as_json:
             sys.stdout.write(json.dumps(result.to_json(), ensure_ascii=False, indent=2) + "\n")
+            return
+        if fmt == "docx":
+            from ragkit.compare_docx import to_docx
+
+            try:
+                to_docx(result, out_file)
+            except OSError as exc:
+                _fail(UsageError(f"cannot write {out_file}: {exc.strerror or exc}"), as_json)
+            err.print(f"wrote {out_file}")
             return
         if fmt in ("md", "html"):
             text = to_markdown(result) if fmt == "md" else to_html(result, paths)

@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         when it does not fit. Exits 0 when it fits (or when host RAM cannot be read: verdict "unknown"),
         3 when it does not fit this machine."""
         from ragkit.errors import RagkitError
-        from ragkit.generate.doctor import DoesNotFit, diagnose
+        from ragkit.doctor.fit import DoesNotFit, diagnose
 
         if simulate or clean or validate:
             _simulate(profile, quant, shards, lengths, validate, clean, as_json)
@@ -89,7 +89,7 @@ def _simulate(profile, quant, shards, lengths, validate, clean, as_json) -> None
 
     from ragkit.commands._common import _fail, _print_json, _settings, err, out
     from ragkit.errors import RagkitError, UsageError
-    from ragkit.generate import simulate as sim
+    from ragkit.doctor import simulate as sim
 
     try:
         settings = _settings(None, profile)

@@ -27,7 +27,7 @@ from ragkit.errors import UsageError
 from ragkit.eval import metrics as M
 from ragkit.eval.sets import EvalItem, load_set, set_digest
 
-ANSWERS = "answers.jsonl"
+from ragkit.eval.answers import ANSWERS, read_answers  # noqa: F401  (the names this module always had)
 RUN_META = "run.json"
 STAGES = ("retrieve_s", "prompt_s", "generate_s", "ttft_s", "total_s")
 
@@ -48,29 +48,6 @@ Event = Callable[[str, dict], None]
 
 
 # ---------------------------------------------------------------------- checkpoint file
-
-def read_answers(path: Path, *, repair: bool = False) -> dict[str, dict]:
-    """Records by question id. A last line without its newline (the process was killed
-    while writing it) is ignored, and with `repair` cut off the file."""
-    if not path.exists():
-        return {}
-    data = path.read_bytes()
-    end = data.rfind(b"\n") + 1
-    if repair and end < len(data):
-        with open(path, "r+b") as f:
-            f.truncate(end)
-    out: dict[str, dict] = {}
-    for line in data[:end].splitlines():
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict) and "id" in rec:
-            out[rec["id"]] = rec
-    return out
-
 
 class Checkpoint:
     def __init__(self, path: Path):

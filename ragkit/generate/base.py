@@ -141,3 +141,19 @@ def free_threads(sample_s: float = 0.25) -> int:
         return n
     busy = n * (1.0 - (b[1] - a[1]) / (b[0] - a[0]))
     return max(1, min(n, n - int(busy + 0.35)))
+
+
+def match_option(text: str, options: list[str]) -> str | None:
+    """The option a short free-text answer starts with ("**Yes.** The agreement..." ->
+    "Yes"); the longest option wins ("Not mentioned" before "No"). None when the answer
+    starts with none of them, or names two ("Yes, No or Not mentioned")."""
+    import re
+
+    low = re.sub(r"^[\W_]+", "", text.strip().lower())
+    hits = [o for o in sorted(options, key=len, reverse=True) if re.match(re.escape(o.lower()) + r"\b", low)]
+    if not hits:
+        return None
+    rest = low[len(hits[0]):][:30]
+    if any(re.search(r"\b" + re.escape(o.lower()) + r"\b", rest) for o in options if o != hits[0]):
+        return None
+    return hits[0]

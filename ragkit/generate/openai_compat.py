@@ -29,20 +29,19 @@ context-length error above all, leaves the route as it is and is reported as it 
 from __future__ import annotations
 
 import atexit
-import json
 import re
 import time
 from typing import Any, Callable
-from urllib.parse import urlsplit
 
 from ragkit.config import Settings
 from ragkit.errors import RagkitError, UsageError
 from ragkit.generate.base import Choice, Generation, choice_from_tokens, option_tokens
+from ragkit.openai_http import CONNECT_TIMEOUT_S, NO_API_KEY, normalize_base_url
+from ragkit.openai_http import connection_reason as _reason
+from ragkit.openai_http import error_code as _error_code
+from ragkit.openai_http import error_detail as _detail
+from ragkit.openai_http import origin as _origin
 
-# Placeholder key for engines started without one: the openai client refuses to build
-# without a key, and vLLM's and llama.cpp's docs use this value for keyless servers.
-NO_API_KEY = "EMPTY"
-CONNECT_TIMEOUT_S = 10.0
 
 _NEXT_ROUTE = {"ids": "text", "text": "chat"}
 _ROUTE_MISSING = {404, 405, 501}  # the server has no such route (or method)
@@ -108,46 +107,6 @@ class PromptTooLong(RemoteGeneratorError):
         self.n_ctx = n_ctx
 
 
-def _detail(exc: Exception) -> str:
-    """The server's own error message, on one line and short."""
-    import openai
-
-    text = ""
-    if isinstance(exc, openai.APIStatusError):
-        try:
-            text = exc.response.text
-        except Exception:  # the body was never read
-            text = ""
-    body: Any = getattr(exc, "body", None)
-    if text:
-        try:
-            body = json.loads(text)
-        except ValueError:
-            body = text
-    if isinstance(body, dict):
-        e = body.get("error", body.get("detail", body.get("message", body)))
-        if isinstance(e, dict):
-            e = e.get("message", e)
-        text = e if isinstance(e, str) else json.dumps(e, ensure_ascii=False)
-    elif body is not None and not isinstance(body, str):
-        text = json.dumps(body, ensure_ascii=False)
-    elif isinstance(body, str):
-        text = body
-    if not text:
-        text = getattr(exc, "message", "") or str(exc)
-    text = " ".join(text.split())
-    return text[:300] + ("…" if len(text) > 300 else "") if text else "(no message)"
-
-
-def _error_code(exc: Exception) -> str:
-    code = getattr(exc, "code", None)
-    body = getattr(exc, "body", None)
-    if code is None and isinstance(body, dict):
-        inner = body.get("error", body)
-        code = inner.get("code") if isinstance(inner, dict) else None
-    return str(code or "")
-
-
 def is_context_error(exc: Exception, detail: str) -> bool:
     return _error_code(exc) in ("context_length_exceeded", "exceed_context_size_error") or bool(_CONTEXT_ERROR.search(detail))
 
@@ -161,43 +120,6 @@ def next_route(route: str, status: int, detail: str) -> str | None:
     if route == "ids" and status in (400, 422) and _PROMPT_NOT_IDS.search(detail):
         return "text"
     return None
-
-
-def _reason(exc: BaseException) -> str:
-    """Why a connection failed, in a few words, from the transport error under the
-    openai client's APIConnectionError (httpx2 underneath)."""
-    import httpx2
-
-    cause = exc.__cause__ or exc.__context__ or exc
-    msg = str(cause).lower()
-    if isinstance(cause, (httpx2.ConnectTimeout, httpx2.PoolTimeout)):
-        return "connection timed out"
-    if isinstance(cause, httpx2.ReadTimeout):
-        return "no answer within generator.timeout_s"
-    if isinstance(cause, httpx2.TimeoutException):
-        return "timed out"
-    if "refused" in msg:
-        return "connection refused"
-    if "name or service not known" in msg or "nodename nor servname" in msg or "name resolution" in msg:
-        return "unknown host"
-    if isinstance(cause, (httpx2.RemoteProtocolError, httpx2.ReadError)):
-        return "the connection was closed"
-    return " ".join(str(cause).split()) or type(cause).__name__
-
-
-def normalize_base_url(url: str) -> str:
-    url = url.strip().rstrip("/")
-    if "://" not in url:
-        url = "http://" + url
-    if url.endswith("/v1"):
-        url = url[: -len("/v1")]
-    return url
-
-
-def _origin(url: Any) -> tuple[str, str, int | None]:
-    u = urlsplit(str(url))
-    port = u.port or {"http": 80, "https": 443}.get(u.scheme)
-    return u.scheme, (u.hostname or "").lower(), port
 
 
 class OpenAICompatGenerator:
@@ -334,7 +256,7 @@ class OpenAICompatGenerator:
     def chat_messages(self, prompt_ids: list[int]) -> list[dict[str, str]]:
         """System and user messages recovered from the templated prompt (for engines that
         only serve chat). The engine applies its own template to them."""
-        from ragkit.retrieve.prompt import render_chat_parts
+        from ragkit.generate.chat_template import render_chat_parts
 
         text = self.prompt_text(prompt_ids)
         pre, mid, post = render_chat_parts(self.chat_template)
@@ -593,7 +515,7 @@ class OpenAICompatGenerator:
         return out
 
     def _choose_by_text(self, prompt_ids: list[int], options: list[str], t0: float) -> Choice:
-        from ragkit.ask import match_option
+        from ragkit.generate.base import match_option
 
         gen = self.generate(prompt_ids, max_tokens=8)
         picked = match_option(gen.text, options)

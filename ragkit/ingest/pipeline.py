@@ -608,6 +608,6 @@ def _ingest_one(path, key, sha, st, old, store, settings, embedder, ident, parse
 
 def sync_lexical_index(store: ChromaStore, settings: Settings) -> None:
     """Bring the BM25 index in line with the store (under the write lock)."""
-    from ragkit.retrieve import bm25
+    from ragkit.store import lexical as bm25
 
     bm25.refresh(store, bm25.index_dir(settings.store, settings.store_url, settings.collection, settings.cache_dir))

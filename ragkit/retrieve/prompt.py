@@ -11,16 +11,14 @@ the count is exact: budget = n_ctx - max_new_tokens - everything that is not a s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ragkit.errors import UsageError
 from ragkit.paths import read_prompt
+from ragkit.generate.chat_template import _SYS, _USER, render_chat_parts  # noqa: F401  (re-exported)
 from ragkit.store import Hit
 
-_SYS = "\u2063RAGKIT_SYSTEM\u2063"
 # Earlier turns of a conversation (`build(..., context=...)`) go after the sources and
 # before the question, so the documents-first prefix stays byte-identical across turns.
 CONTEXT_HEAD = "\n\nEarlier in this conversation:\n"
@@ -29,7 +27,6 @@ CONTEXT_HEAD = "\n\nEarlier in this conversation:\n"
 class BudgetExceeded(UsageError):
     """The question (and earlier turns) alone leave no room for sources within n_ctx."""
 
-_USER = "\u2063RAGKIT_USER\u2063"
 
 
 def format_location(page: int | None, section: str | None, page_end: int | None = None) -> str:
@@ -90,32 +87,6 @@ class Prompt:
     dropped: int = 0  # candidate sections that did not fit
     segments: list[tuple[str, bool]] = field(default_factory=list)  # (text, special) in order
     best_similarity: float | None = None  # cosine of the best source to the question (dense modes)
-
-
-def render_chat_parts(chat_template: str, bos: str = "", eos: str = "") -> tuple[str, str, str]:
-    """Render the chat template around two sentinels and return the template text before
-    the system content, between system and user content, and after the user content."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-
-    def raise_exception(msg: str) -> None:
-        raise ValueError(msg)
-
-    env.globals["raise_exception"] = raise_exception
-    # Templates that print today's date (Llama 3 style) get the real one, as transformers
-    # renders them; the Kimi K2 and Qwen templates ragkit ships do not use it, so their
-    # prefixes (and KV caches) do not change from day to day.
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    rendered = env.from_string(chat_template).render(
-        messages=[{"role": "system", "content": _SYS}, {"role": "user", "content": _USER}],
-        add_generation_prompt=True,
-        bos_token=bos,
-        eos_token=eos,
-    )
-    if rendered.count(_SYS) != 1 or rendered.count(_USER) != 1:
-        raise UsageError("the chat template does not render a system and a user message once each")
-    pre, rest = rendered.split(_SYS)
-    mid, post = rest.split(_USER)
-    return pre, mid, post
 
 
 class PromptBuilder:

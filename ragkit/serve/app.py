@@ -159,15 +159,23 @@ class Guard:
        uploads; no CORS headers are ever sent, so no page can read answers either).
     3. Token: with one, every request but GET /health needs `Authorization: Bearer TOKEN`
        (compared with hmac.compare_digest).
-    4. Body size: over `api_limit` bytes on /v1/ routes, `other_limit` elsewhere: 413.
+    4. Body size: over `api_limit` bytes on /v1/ routes, `other_limit` elsewhere, and a
+       route's own limit where it has one (`route_limits`: the upload route): 413.
     """
 
-    def __init__(self, app, *, token: str | None, loopback_only: bool, api_limit: int, other_limit: int):
+    def __init__(self, app, *, token: str | None, loopback_only: bool, api_limit: int, other_limit: int,
+                 route_limits: dict[str, int] | None = None):
         self.app = app
         self.token = token.encode("utf-8") if token else None
         self.loopback_only = loopback_only
         self.api_limit = api_limit
         self.other_limit = other_limit
+        self.route_limits = dict(route_limits or {})  # a route with its own (larger) limit: uploads
+
+    def limit_for(self, path: str) -> int:
+        if path in self.route_limits:
+            return self.route_limits[path]
+        return self.api_limit if path.startswith("/v1/") else self.other_limit
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -183,7 +191,7 @@ class Guard:
         if scope["type"] == "websocket":
             await self.app(scope, receive, send)
             return
-        limit = self.api_limit if scope["path"].startswith("/v1/") else self.other_limit
+        limit = self.limit_for(scope["path"])
         seen = 0
 
         async def limited_receive():
@@ -231,7 +239,7 @@ class Guard:
                     size = int(cl)
                 except ValueError:
                     return ApiError(400, "invalid Content-Length", code="invalid_request")
-                limit = self.api_limit if scope["path"].startswith("/v1/") else self.other_limit
+                limit = self.limit_for(scope["path"])
                 if size > limit:
                     return ApiError(413, f"the request body of {size} bytes is over the limit of {limit} bytes",
                                     code="request_too_large")
@@ -552,8 +560,11 @@ def create_app(settings: Settings, *, token: str | None = None, max_queue: int =
                   description="Offline document question answering with citations, OpenAI-compatible.")
     app.state.ragkit = state
     bind = host if host is not None else settings.serve.host
+    from ragkit.serve.web import UPLOAD_PATH, upload_limit_of, upload_request_cap
+
     app.add_middleware(Guard, token=token, loopback_only=is_loopback_host(bind),
-                       api_limit=settings.serve.max_body_bytes, other_limit=(settings.serve.max_upload_mb + 1) * 1024 * 1024)
+                       api_limit=settings.serve.max_body_bytes, other_limit=(settings.serve.max_upload_mb + 1) * 1024 * 1024,
+                       route_limits={UPLOAD_PATH: upload_request_cap(upload_limit_of(settings))})
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):

@@ -195,9 +195,7 @@ class WebState:
     def upload_limit(self) -> int:
         """Largest file accepted, in bytes: serve.max_upload_mb (default 50 MB) and no more
         than ingest.max_file_mb, which ingest would refuse anyway."""
-        s = self.settings
-        mb = getattr(getattr(s, "serve", None), "max_upload_mb", None) or DEFAULT_UPLOAD_MB
-        return int(min(mb, s.ingest.max_file_mb) * 1024 * 1024)
+        return upload_limit_of(self.settings)
 
     def uploads_dir(self) -> Path:
         return Path(os.path.abspath(self.settings.store)) / "uploads"
@@ -446,7 +444,23 @@ def _write_new(path: Path, src, limit: int) -> int:
     return n
 
 
-@router.post("/api/upload")
+UPLOAD_PATH = "/api/upload"
+
+
+def upload_limit_of(settings) -> int:
+    """Largest file accepted, in bytes: serve.max_upload_mb and no more than ingest.max_file_mb."""
+    mb = getattr(getattr(settings, "serve", None), "max_upload_mb", None) or DEFAULT_UPLOAD_MB
+    return int(min(mb, settings.ingest.max_file_mb) * 1024 * 1024)
+
+
+def upload_request_cap(limit: int) -> int:
+    """Largest upload request, in bytes: a few files of the largest size. The app's guard
+    applies this same cap to the upload route (not its general limit), so the route's own,
+    more precise answer (which file, how large, which setting) is the one a client gets."""
+    return limit * 4 + (1 << 20)
+
+
+@router.post(UPLOAD_PATH)
 async def upload(request: Request, wait: bool = False) -> JSONResponse:
     """Files (multipart, any field name) written to <store>/uploads/ and ingested as one
     job. 202 with the job ({id, status, done, total, files, ...}; poll /api/jobs/{id});
@@ -457,7 +471,7 @@ async def upload(request: Request, wait: bool = False) -> JSONResponse:
 
     web = _web(request)
     limit = web.upload_limit()
-    cap = limit * 4 + (1 << 20)  # the whole request: a few files of the largest size
+    cap = upload_request_cap(limit)  # the whole request (the guard in front lets this much through)
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > cap:
         raise HTTPException(413, f"upload of {int(length) / 1e6:.0f} MB is over the limit of {cap / 1e6:.0f} MB per request")
@@ -667,7 +681,7 @@ class CompareBody(BaseModel):
 async def compare(request: Request, body: CompareBody, wait: bool = False) -> JSONResponse:
     """A checklist walked over 1+ documents (ragkit.compare.compare) as a job: 202 with
     the job (poll /api/jobs/{id}; `result` is Comparison.to_json()), or with ?wait=true
-    200 with the finished job. Exports: /api/compare/{id}.html and .md."""
+    200 with the finished job. Exports: /api/compare/{id}.html, .md and .docx."""
     from ragkit.retrieve.search import resolve_docs
 
     web = _web(request)
@@ -729,7 +743,8 @@ def compare_html(request: Request, job_id: str) -> HTMLResponse:
     from ragkit.compare import to_html
 
     job = _finished_comparison(request, job_id)
-    return HTMLResponse(to_html(job.comparison, job.paths), headers={
+    # no file links: the server's own paths are not the reader's business (nor usable by them)
+    return HTMLResponse(to_html(job.comparison, None), headers={
         "Content-Disposition": f'attachment; filename="ragkit-compare-{job.id[:8]}.html"',
         "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'", "X-Content-Type-Options": "nosniff"})
 
@@ -741,6 +756,20 @@ def compare_md(request: Request, job_id: str) -> Response:
     job = _finished_comparison(request, job_id)
     return Response(to_markdown(job.comparison), media_type="text/markdown; charset=utf-8", headers={
         "Content-Disposition": f'attachment; filename="ragkit-compare-{job.id[:8]}.md"', "X-Content-Type-Options": "nosniff"})
+
+
+@router.get("/api/compare/{job_id}.docx")
+def compare_docx(request: Request, job_id: str) -> Response:
+    """The memo as a Word file (ragkit.compare_docx), written in memory: no path is read or written."""
+    import io
+
+    from ragkit.compare_docx import MEDIA_TYPE, to_docx
+
+    job = _finished_comparison(request, job_id)
+    buf = io.BytesIO()
+    to_docx(job.comparison, buf)
+    return Response(buf.getvalue(), media_type=MEDIA_TYPE, headers={
+        "Content-Disposition": f'attachment; filename="ragkit-compare-{job.id[:8]}.docx"', "X-Content-Type-Options": "nosniff"})
 
 
 # ---------------------------------------------------------------- registration

@@ -621,6 +621,7 @@ function initCompare() {
   $("items-none").addEventListener("click", () => { for (const b of $("item-list").querySelectorAll("input")) b.checked = false; });
   $("export-html").addEventListener("click", (ev) => exportComparison(ev, "html"));
   $("export-md").addEventListener("click", (ev) => exportComparison(ev, "md"));
+  $("export-docx").addEventListener("click", (ev) => exportComparison(ev, "docx"));
   $("compare-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const docs = [...state.checked];

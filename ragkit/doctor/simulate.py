@@ -529,7 +529,7 @@ def simulate(settings: Settings, *, quant: str | None = None, shards: Path | Non
              lengths: list[int] | None = None, decode_tokens: int = 16, ubatches: list[int] | None = None,
              dims: dict | None = None, on_progress: Callable[[str], None] | None = None) -> Simulation:
     """Build (or reuse) the slices, measure them with the generator settings, project."""
-    from ragkit.generate.doctor import ram
+    from ragkit.doctor.fit import ram
 
     t_start = time.perf_counter()
     say = on_progress or (lambda msg: None)
@@ -635,7 +635,7 @@ def _gpu_usable() -> bool:
     try:
         import llama_cpp
 
-        from ragkit.generate.doctor import _nvidia_gpus
+        from ragkit.doctor.fit import _nvidia_gpus
 
         return bool(llama_cpp.llama_supports_gpu_offload()) and bool(_nvidia_gpus())
     except Exception:
