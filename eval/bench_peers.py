@@ -319,7 +319,7 @@ def main() -> None:
               f"gold doc in top {K}: {h['doc']}/{h['n']} ({h['doc'] / h['n']:.2f})")
     # Caveat checks: the texts scored above are what each store returns, and LlamaIndex's
     # are about 3x longer than ragkit's, most of it text its vector never saw.
-    print(f"\n== context behind those figures (MiniLM word-pieces)")
+    print("\n== context behind those figures (MiniLM word-pieces)")
     for side, r in res.items():
         sizes = [sum(len(e.ids) for e in tok.encode_batch([h["text"] for h in hits], add_special_tokens=False))
                  for hits in r["retrieved"]]

@@ -38,6 +38,8 @@ import argparse
 import hashlib
 import json
 import os
+import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -64,11 +66,21 @@ METHODS: dict[str, dict] = {
     "no_dedupe": {"dedupe": 0.0},
     "raw_query": {"search_instructions": True},
     "no_opening": {"opening_first": False},  # no first-chunk rule for title / parties / date questions  # search with the question as asked, instructions and all
+    "no_rerank": {"rerank": "off"},  # the ranking without the cross-encoder stage (issue 24)
+    "rerank": {"rerank": "onnx"},  # the cross-encoder at the shipped pool and weight
 }
 
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def _value(v: str):
+    """An ad-hoc method's value: JSON (2.0, true, null) or else the word itself (onnx)."""
+    try:
+        return json.loads(v)
+    except ValueError:
+        return v
 
 
 # ---------------------------------------------------------------------- corpora and stores
@@ -102,10 +114,14 @@ def corpus_for(name: str, cache: Path) -> list[Path]:
     raise SystemExit(f"unknown set {name!r}; choose from {', '.join(SETS)}")
 
 
+SEEDED_SPLIT = False  # --seeded-split: also score seeded_halves apart ("tune", "held")
+EMBED_MODEL: str | None = None  # --embed-model: another embedder (its own stores: use another --cache)
+
+
 def settings_for(name: str, cache: Path, **retrieve):
     from ragkit.config import load_settings
 
-    s = load_settings(store=cache / name / "store")
+    s = load_settings(store=cache / name / "store", **({"embed": {"model": EMBED_MODEL}} if EMBED_MODEL else {}))
     if retrieve:
         s = s.model_copy(update={"retrieve": s.retrieve.model_copy(update=retrieve)})
     return s
@@ -169,12 +185,13 @@ def items_for(name: str, limit: int | None = None):
 
 
 def record(item, r) -> dict:
-    """The record `Answerer.answer` writes for a retrieval-only question."""
+    """The record `Answerer.answer` writes for a retrieval-only question (and the
+    reranker's report, when it ran)."""
     prompt = r.prompt
     ctxs = list(prompt.contexts)
     ranked = sorted(ctxs, key=lambda c: (-c.score, c.n))
     rank_of = {c.chunk_id: i for i, c in enumerate(ranked, 1)}
-    return {
+    return {"rerank": r.rerank.to_json() if getattr(r, "rerank", None) else None,
         "id": item.id, "status": "ok", "retrieval_only": True, "mode": prompt.mode,
         "prompt_tokens": len(prompt.ids), "contexts": [
             {"n": c.n, "rank": rank_of[c.chunk_id], "doc": c.doc, "chunk_index": c.chunk_index, "page": c.page_start,
@@ -191,19 +208,113 @@ def prime_queries(settings, items) -> None:
     from ragkit.embed import load_embedder
 
     emb = load_embedder(settings)
-    if getattr(emb, "_primed", None) is not None or not hasattr(emb, "_encode"):
+    if not hasattr(emb, "_encode"):
         return
+    from ragkit.retrieve.abstain import PROBES
     from ragkit.retrieve.query import search_query
 
-    qs = list(dict.fromkeys([i.question for i in items] + [search_query(i.question) for i in items]))
+    # the questions, their search texts, and the abstention gate's probes (asked once per document)
+    primed = getattr(emb, "_primed", None)
+    qs = list(dict.fromkeys([i.question for i in items] + [search_query(i.question) for i in items] + PROBES))
+    qs = [q for q in qs if primed is None or q not in primed]
+    if primed is None:
+        primed = {}
+        orig = emb.embed_query
+        emb._primed = primed
+        emb.embed_query = lambda text: primed[text] if text in primed else orig(text)
     emb._load()
-    primed = {}
-    for k in range(0, len(qs), 32):  # embed_query is `_encode([text])[0]`: the same call, batched
-        for q, v in zip(qs[k : k + 32], emb._encode(qs[k : k + 32])):
+    pre = getattr(emb, "query_prefix", "")  # bge-small-en: queries take an instruction prefix
+    for k in range(0, len(qs), 32):  # embed_query is `_encode([prefix + text])[0]`: the same call, batched
+        for q, v in zip(qs[k : k + 32], emb._encode([pre + q for q in qs[k : k + 32]])):
             primed[q] = v.tolist()
-    orig = emb.embed_query
-    emb._primed = primed
-    emb.embed_query = lambda text: primed[text] if text in primed else orig(text)
+
+
+class ScoreMemo:
+    """The cross-encoder's scores of (query, passage) pairs, kept on disk
+    (CACHE/NAME/rerank-scores.jsonl), so a grid of pool sizes and weights scores each pair
+    once. Each pair's line keeps the process CPU time its batch cost per pair (all
+    onnxruntime threads; `time.process_time`) and its tokens, so the cost of a question at
+    any pool size is the sum over the pairs it asked for, cached or not."""
+
+    def __init__(self, path: Path, inner):
+        self.path, self.inner = path, inner
+        self.known: dict[str, tuple[float, float, int]] = {}
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    d = json.loads(line)
+                    self.known[d["k"]] = (d["s"], d["cpu"], d["tok"])
+        self.asked_cpu = 0.0  # CPU of the pairs asked since the last reset (as measured when first scored)
+        self.asked_pairs = 0
+        self.asked_tokens = 0
+
+    @staticmethod
+    def key(query: str, passage: str) -> str:
+        return hashlib.sha1(f"{query}\x00{passage}".encode()).hexdigest()
+
+    def score(self, query: str, passages: list[str]) -> list[float]:
+        keys = [self.key(query, p) for p in passages]
+        missing = [i for i, k in enumerate(keys) if k not in self.known]
+        if missing:
+            texts = [passages[i] for i in missing]
+            c0 = time.process_time()
+            scores = self.inner.score(query, texts)
+            per = (time.process_time() - c0) / len(missing)
+            toks = self.inner.count_tokens(query, texts) if hasattr(self.inner, "count_tokens") else [0] * len(texts)
+            with open(self.path, "a", encoding="utf-8") as f:
+                for i, sc, t in zip(missing, scores, toks):
+                    self.known[keys[i]] = (float(sc), per, int(t))
+                    f.write(json.dumps({"k": keys[i], "s": float(sc), "cpu": per, "tok": int(t)}) + "\n")
+        for k in keys:
+            self.asked_cpu += self.known[k][1]
+            self.asked_tokens += self.known[k][2]
+        self.asked_pairs += len(keys)
+        return [self.known[k][0] for k in keys]
+
+    def reset(self) -> tuple[float, int, int]:
+        out = (self.asked_cpu, self.asked_pairs, self.asked_tokens)
+        self.asked_cpu, self.asked_pairs, self.asked_tokens = 0.0, 0, 0
+        return out
+
+
+def prime_reranker(settings, path: Path):
+    """Wrap the process's reranker (the one `retrieve` loads) in a ScoreMemo; None when the
+    settings turn reranking off."""
+    from ragkit.retrieve.rerank import load_reranker
+
+    r = load_reranker(settings)
+    if r is None:
+        return None
+    if not isinstance(getattr(r, "_memo", None), ScoreMemo):
+        memo = ScoreMemo(path, _Unwrapped(r))
+        r._memo = memo
+        r.score = memo.score
+    return r._memo
+
+
+class _Unwrapped:
+    """The reranker's own score method, kept before ScoreMemo replaces it on the instance."""
+
+    def __init__(self, r):
+        self._score = r.score
+        self._r = r
+
+    def score(self, query, passages):
+        return self._score(query, passages)
+
+    def count_tokens(self, query, passages):
+        return self._r.count_tokens(query, passages) if hasattr(self._r, "count_tokens") else [0] * len(passages)
+
+
+# The split that chooses the reranker's pool and weight: each set's documents, sorted by name
+# and shuffled with this seed; the first half (rounded down) chooses, the other reports.
+SPLIT_SEED = 24
+
+
+def seeded_halves(items, seed: int = SPLIT_SEED) -> tuple[set[str], set[str]]:
+    docs = sorted({i.doc for i in items})
+    random.Random(seed).shuffle(docs)
+    return set(docs[: len(docs) // 2]), set(docs[len(docs) // 2 :])
 
 
 def halves(items) -> tuple[set[str], set[str]]:
@@ -211,10 +322,10 @@ def halves(items) -> tuple[set[str], set[str]]:
     return set(docs[0::2]), set(docs[1::2])
 
 
-KEYS = ("evidence_strict", "evidence_in_context", "mrr_strict", "mrr", "evidence_within_tokens", "tokens_to_evidence_mean",
+KEYS = ("rank1_strict", "gold_figure_in_prompt", "evidence_strict", "evidence_in_context", "mrr_strict", "mrr", "evidence_within_tokens", "tokens_to_evidence_mean",
         "gold_figure_at_5", "answer_numbers_in_context", "prompt_tokens_mean", "mrr_strict_any_span",
         "any_span_within_tokens")
-SHORT = {"mrr_strict_any_span": "mrr_any_span", "any_span_within_tokens": "any_span_N", "evidence_strict": "ev_strict", "evidence_in_context": "ev_loose", "mrr_strict": "mrr_strict", "mrr": "mrr_loose",
+SHORT = {"rank1_strict": "rank1", "gold_figure_in_prompt": "fig_in_prompt", "mrr_strict_any_span": "mrr_any_span", "any_span_within_tokens": "any_span_N", "evidence_strict": "ev_strict", "evidence_in_context": "ev_loose", "mrr_strict": "mrr_strict", "mrr": "mrr_loose",
          "evidence_within_tokens": "ev_within_N", "tokens_to_evidence_mean": "tok_to_ev", "gold_figure_at_5": "fig@5",
          "answer_numbers_in_context": "fig_share_ctx", "prompt_tokens_mean": "prompt_tok", "n": "n",
          "n_with_evidence": "n_evid"}
@@ -229,19 +340,30 @@ def summarize(rows: list[dict], within: int) -> dict:
     out["any_span_within_tokens"] = agg.get(f"any_span_within_{within}_tokens")
     out["n"] = len(rows)
     out["n_with_evidence"] = sum(r.get("evidence_strict") is not None for r in rows)
+    ev = [r for r in rows if r.get("evidence_strict") is not None]
+    out["rank1_strict"] = sum(r.get("evidence_rank_strict") == 1 for r in ev) / len(ev) if ev else None
+    figs = [r["gold_figure_in_prompt"] for r in rows if r.get("gold_figure_in_prompt") is not None]
+    out["gold_figure_in_prompt"] = sum(figs) / len(figs) if figs else None
     return out
 
 
-def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: bool, from_records: Path | None = None) -> dict:
+def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: bool, from_records: Path | None = None,
+            docs: set[str] | None = None, evidence_only: bool = False) -> dict:
     """Retrieve and score every item with `method`'s settings (records written to
     CACHE/NAME/records-METHOD.jsonl), or, with `from_records`, score records written
-    before (e.g. by this script run on an older checkout: the baseline)."""
+    before (e.g. by this script run on an older checkout: the baseline). `docs`: only the
+    items of these documents; `evidence_only`: only items with gold evidence (SEC: all)."""
+    from ragkit.eval.metrics import gold_figure_in
     from ragkit.eval.run import score_item
     from ragkit.retrieve import retrieve
 
     settings = settings_for(name, cache, **METHODS.get(method, {}))
     within = SETS[name]["within"]
     items = items_for(name, limit)
+    if docs is not None:
+        items = [i for i in items if i.doc in docs]
+    if evidence_only and name != "sec":
+        items = [i for i in items if i.evidence]
     old: dict[str, dict] = {}
     if from_records is not None:
         for line in from_records.read_text(encoding="utf-8").splitlines():
@@ -249,34 +371,247 @@ def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: 
                 rec = json.loads(line)
                 old[rec["id"]] = rec
         items = [i for i in items if i.id in old]
+    memo = None
     if from_records is None:
         prime_queries(settings, items_for(name))
+        memo = prime_reranker(settings, cache / name / "rerank-scores.jsonl")
     rows = []
-    out_path = cache / name / f"records-{method}.jsonl"
+    costs: list[tuple[float, int, int]] = []
+    safe = method.replace("/", "_")
+    out_path = cache / name / f"records-{safe}.jsonl"
     sink = open(out_path, "w", encoding="utf-8") if from_records is None else None
     t0 = time.perf_counter()
     for n, item in enumerate(items, 1):
         if from_records is None:
+            if memo is not None:
+                memo.reset()
             rec = record(item, retrieve(item.question, settings, [item.doc] if item.doc else None, generator=gen))
+            if memo is not None:
+                costs.append(memo.reset())
             sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
             sink.flush()
         else:
             rec = old[item.id]
         row = score_item(item, rec, settings.generator.prompt_rate_tok_s)
         row["doc"] = item.doc
+        if name == "sec":  # a gold figure anywhere in the prompt (the set has no pages: the figure stands for its page)
+            row["gold_figure_in_prompt"] = gold_figure_in(item.answers, [c["text"] for c in rec.get("contexts", [])])
         rows.append(row)
         if n % 100 == 0:
             log(f"[{name}/{method}] {n}/{len(items)} ({time.perf_counter() - t0:.0f} s)")
     if sink is not None:
         sink.close()
     res = {"all": summarize(rows, within), "retrieve_s_per_item": (time.perf_counter() - t0) / max(len(items), 1)}
+    if costs:
+        cpu = sorted(c[0] for c in costs)
+        res["rerank_cost"] = {"questions": len(costs), "pairs_mean": statistics.fmean(c[1] for c in costs),
+                              "pair_tokens_mean": sum(c[2] for c in costs) / max(sum(c[1] for c in costs), 1),
+                              "cpu_s_p50": statistics.median(cpu), "cpu_s_mean": statistics.fmean(cpu),
+                              "cpu_s_p90": cpu[int(0.9 * (len(cpu) - 1))]}
     if split:
         a, b = halves(items)
     res["rows"] = [{k: r.get(k) for k in ("id", "evidence_rank_strict", "tokens_to_evidence", "gold_figure_at_5")} for r in rows]
     if split:
         res["half_a"] = summarize([r for r in rows if r["doc"] in a], within)
         res["half_b"] = summarize([r for r in rows if r["doc"] in b], within)
+    if SEEDED_SPLIT:  # the halves the reranker's settings were chosen and reported on
+        tune, held = seeded_halves(items_for(name), SPLIT_SEED)
+        res["tune"] = summarize([r for r in rows if r["doc"] in tune], within)
+        res["held"] = summarize([r for r in rows if r["doc"] in held], within)
     return res
+
+
+# What a pool and weight are chosen by, per set: the issue's targets (the strict gold evidence
+# within the first N prompt tokens; SEC: a gold figure in the top 5 sources).
+OBJECTIVE = {"contractnli": "evidence_within_tokens", "cuad": "evidence_within_tokens", "sec": "gold_figure_at_5"}
+
+
+def rerank_grid(names: list[str], cache: Path, gen, pools: list[int], weights: list[float], seed: int,
+                units: bool = False) -> dict:
+    """Choose the reranker's pool and fusion weight on one half of each set's documents
+    (seeded_halves) and report the choice, and the ranking without the reranker, on the
+    other half. One choice for every set (a user's documents are of no known kind): the
+    highest mean of the sets' OBJECTIVE on their tuning halves."""
+    out: dict = {"seed": seed, "pools": pools, "weights": weights, "units": units, "sets": {}}
+    tail = "+rerank_units=true" if units else ""
+    combos = [(p, w) for p in pools for w in weights]
+    tune_scores: dict[tuple[int, float], list[float]] = {c: [] for c in combos}
+    for name in names:
+        items = [i for i in items_for(name) if i.evidence or name == "sec"]
+        tune, held = seeded_halves(items_for(name), seed)
+        res = {"tune_docs": sorted(tune), "held_docs": sorted(held), "tune": {}, "held": {}}
+        log(f"[{name}] tuning on {len(tune)} documents ({sum(i.doc in tune for i in items)} items), "
+            f"reporting on {len(held)} ({sum(i.doc in held for i in items)} items)")
+        base = measure(name, cache, "no_rerank", gen, None, False, docs=tune, evidence_only=True)
+        res["tune"]["no_rerank"] = {k: v for k, v in base.items() if k != "rows"}
+        for p, w in combos:
+            m = f"rerank=onnx+rerank_pool={p}+rerank_weight={w}{tail}"
+            METHODS.setdefault(m, {"rerank": "onnx", "rerank_pool": p, "rerank_weight": w, "rerank_units": units})
+            r = measure(name, cache, m, gen, None, False, docs=tune, evidence_only=True)
+            res["tune"][m] = {k: v for k, v in r.items() if k != "rows"}
+            tune_scores[(p, w)].append(r["all"][OBJECTIVE[name]] or 0.0)
+            log(f"[{name}] tune pool {p} weight {w}: {OBJECTIVE[name]} {r['all'][OBJECTIVE[name]]:.3f} "
+                f"(without: {base['all'][OBJECTIVE[name]]:.3f})")
+        out["sets"][name] = res
+    best = max(combos, key=lambda c: (statistics.fmean(tune_scores[c]), -c[0]))  # ties: the smaller pool
+    out["chosen"] = {"pool": best[0], "weight": best[1], "units": units,
+                     "tune_objective_mean": statistics.fmean(tune_scores[best])}
+    chosen = f"rerank=onnx+rerank_pool={best[0]}+rerank_weight={best[1]}{tail}"
+    for name in names:
+        held = set(out["sets"][name]["held_docs"])
+        for m in ("no_rerank", chosen):
+            r = measure(name, cache, m, gen, None, False, docs=held, evidence_only=False)
+            out["sets"][name]["held"][m] = {k: v for k, v in r.items() if k != "rows"}
+    return out
+
+
+def print_grid(g: dict) -> None:
+    cols = ("n", "n_with_evidence", "mrr_strict", "evidence_within_tokens", "gold_figure_at_5", "prompt_tokens_mean")
+    c = g["chosen"]
+    print(f"\nReranker: pool {c['pool']}, weight {c['weight']}, units {c.get('units', False)} (chosen on the tuning halves, split seed {g['seed']}; "
+          f"mean objective {c['tune_objective_mean']:.3f})")
+    for part, title in (("held", "HELD-OUT half (not used for choosing)"), ("tune", "tuning half")):
+        print(f"\n== {title}")
+        for name, res in g["sets"].items():
+            print(f"\n{name} (within {SETS[name]['within']} tokens; {len(res[part + '_docs'])} documents)")
+            print("method".ljust(46) + "".join(SHORT[k].rjust(12) for k in cols) + "  fig_in_prompt  rank1  cpu_s_p50  pairs")
+            for m, r in res[part].items():
+                a = r["all"]
+                rc = r.get("rerank_cost") or {}
+                extra = f"  {fmt(a.get('gold_figure_in_prompt')):>13}  {fmt(a.get('rank1_strict')):>5}"
+                extra += f"  {fmt(rc.get('cpu_s_p50')):>9}  {fmt(rc.get('pairs_mean')):>5}"
+                print(m.ljust(46) + "".join(fmt(a.get(k)).rjust(12) for k in cols) + extra)
+
+
+# ---------------------------------------------------------------------- not_found evidence
+
+def _offtopic_questions() -> list[str]:
+    """The off-topic questions of tests/test_tuned_constants.py (about nothing in a contract,
+    and about other kinds of contract), written there before any measurement."""
+    import ast
+
+    tree = ast.parse((ROOT / "tests/test_tuned_constants.py").read_text(encoding="utf-8"))
+    out: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") in ("OFF_TOPIC", "OTHER_CONTRACTS"):
+            out += ast.literal_eval(node.value)
+    return [q for q in out if not q.startswith("What royalty")]  # a CUAD contract may hold a royalty clause
+
+
+def not_found(names: list[str], cache: Path, gen, seed: int, method: str, docs_per_half: int, offtopic_docs: int,
+              max_refused: float) -> dict:
+    """The cross-encoder's best score over the pool as the evidence for not_found. Per set,
+    on the seeded document halves: the answerable questions (gold evidence / Entailment or
+    Contradiction), the set's own unanswerable ones (CUAD categories without a clause,
+    ContractNLI NotMentioned) and the off-topic questions of tests/test_tuned_constants.py
+    asked of `offtopic_docs` documents per half. A floor on the best score is fitted on the
+    tuning halves (the highest that refuses at most `max_refused` of their answerable
+    questions) and reported on the held-out halves beside today's gate
+    (retrieve.abstain_margin)."""
+    from ragkit.eval.sets import load_set
+    from ragkit.retrieve import retrieve
+
+    settings = None
+    rows: list[dict] = []
+    offq = _offtopic_questions()
+    rows_path = cache / f"notfound-rows-{method.replace('/', '_')}.jsonl"
+    done: dict[tuple, dict] = {}
+    if rows_path.exists():
+        for line in rows_path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                d = json.loads(line)
+                done[(d["set"], d["doc"], d["question"])] = d
+    sink = open(rows_path, "a", encoding="utf-8")
+    for name in names:
+        settings = settings_for(name, cache, **METHODS.get(method, {}))
+        items = load_set(SETS[name]["set"])
+        tune, held = seeded_halves(items_for(name), seed)
+        chosen = {"tune": sorted(tune)[:docs_per_half], "held": sorted(held)[:docs_per_half]}
+        asked = []
+        for half, docs in chosen.items():
+            for it in items:
+                if it.doc in docs:
+                    kind = "unanswerable" if (not it.answerable or it.label == "NotMentioned") else "answerable"
+                    asked.append((half, it.doc, it.question, kind))
+            for d in docs[:offtopic_docs]:
+                asked += [(half, d, q, "offtopic") for q in offq]
+        prime_queries(settings, [type("I", (), {"question": q})() for _, _, q, _ in asked])
+        prime_reranker(settings, cache / name / "rerank-scores.jsonl")
+        log(f"[{name}] not_found: {len(asked)} questions over {sum(map(len, chosen.values()))} documents")
+        for n, (half, doc, q, kind) in enumerate(asked, 1):
+            key = (name, doc, q)
+            if key not in done:
+                r = retrieve(q, settings, [doc], generator=gen)
+                done[key] = {"set": name, "doc": doc, "question": q, "kind": kind,
+                             "best": r.rerank.best if r.rerank else None, "gate": r.abstain_reason is not None,
+                             "similarity": r.prompt.best_similarity}
+                sink.write(json.dumps(done[key]) + "\n")
+                sink.flush()
+            rows.append({**done[key], "half": half, "kind": kind})
+            if n % 100 == 0:
+                log(f"[{name}] not_found {n}/{len(asked)}")
+    sink.close()
+
+    def rates(rs: list[dict], rule) -> dict:
+        out = {}
+        for kind in ("answerable", "unanswerable", "offtopic"):
+            k = [r for r in rs if r["kind"] == kind]
+            out[kind] = {"n": len(k), "stopped": sum(bool(rule(r)) for r in k)}
+        return out
+
+    res: dict = {"method": method, "seed": seed, "max_refused": max_refused, "sets": {}}
+    for name in names:
+        tune_rows = [r for r in rows if r["set"] == name and r["half"] == "tune" and r["best"] is not None]
+        ans = sorted(r["best"] for r in tune_rows if r["kind"] == "answerable")
+        # the highest floor that refuses at most max_refused of the tuning half's answerable questions
+        allowed = int(max_refused * len(ans))
+        floor = ans[allowed] if ans else None
+        res["sets"][name] = {"floor": floor}
+        for half in ("tune", "held"):
+            hr = [r for r in rows if r["set"] == name and r["half"] == half]
+            res["sets"][name][half] = {
+                "today": rates(hr, lambda r: r["gate"]),
+                "reranker": rates(hr, lambda r: r["best"] is not None and floor is not None and r["best"] < floor),
+                "either": rates(hr, lambda r: r["gate"] or (r["best"] is not None and floor is not None and r["best"] < floor)),
+                "best_by_kind": {k: _quantiles([r["best"] for r in hr if r["kind"] == k and r["best"] is not None])
+                                 for k in ("answerable", "unanswerable", "offtopic")},
+            }
+    # one floor for every set (a user's documents are of no known kind): fitted on all tuning halves
+    both = [r for r in rows if r["half"] == "tune" and r["best"] is not None and r["kind"] == "answerable"]
+    ans = sorted(r["best"] for r in both)
+    g = res["floor_all_sets"] = ans[int(max_refused * len(ans))] if ans else None
+    for name in names:
+        for half in ("tune", "held"):
+            hr = [r for r in rows if r["set"] == name and r["half"] == half]
+            res["sets"][name][half]["reranker_all_sets_floor"] = rates(hr, lambda r: r["best"] is not None and g is not None
+                                                                        and r["best"] < g)
+            res["sets"][name][half]["either_all_sets_floor"] = rates(
+                hr, lambda r: r["gate"] or (r["best"] is not None and g is not None and r["best"] < g))
+    return res
+
+
+def _quantiles(v: list[float]) -> dict:
+    if not v:
+        return {}
+    v = sorted(v)
+    q = lambda p: v[min(len(v) - 1, int(p * (len(v) - 1)))]  # noqa: E731
+    return {"n": len(v), "min": v[0], "p10": q(0.1), "p50": q(0.5), "p90": q(0.9), "max": v[-1]}
+
+
+def print_not_found(res: dict) -> None:
+    print(f"\nnot_found evidence: the cross-encoder's best score ({res['method']}); floor fitted on the tuning halves "
+          f"(at most {res['max_refused']:.0%} of their answerable questions refused), split seed {res['seed']}")
+    for name, r in res["sets"].items():
+        print(f"\n{name}: floor {fmt(r['floor'])} (this set's); the floor of all sets {fmt(res['floor_all_sets'])}")
+        for half in ("held", "tune"):
+            print(f"  {'HELD-OUT' if half == 'held' else 'tuning'} half" + "".join(
+                f"  {k}: " + ", ".join(f"{rule} {r[half][rule][k]['stopped']}/{r[half][rule][k]['n']}"
+                                      for rule in ("today", "reranker", "either", "either_all_sets_floor"))
+                for k in ("answerable", "unanswerable", "offtopic")))
+            for k, q in r[half]["best_by_kind"].items():
+                if q:
+                    print(f"    best score, {k}: n {q['n']} min {q['min']:.2f} p10 {q['p10']:.2f} p50 {q['p50']:.2f} "
+                          f"p90 {q['p90']:.2f} max {q['max']:.2f}")
 
 
 def fmt(v) -> str:
@@ -286,7 +621,7 @@ def fmt(v) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", default="contractnli,sec,cuad")
-    ap.add_argument("--methods", default="baseline,default", help=f"comma list of {', '.join(METHODS)}, or of retrieve settings joined by + (bm25_weight=1+rrf_k=20)")
+    ap.add_argument("--methods", default="no_rerank,default", help=f"comma list of {', '.join(METHODS)}, or of retrieve settings joined by + (bm25_weight=1+rrf_k=20)")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/ragkit-rank"))
     ap.add_argument("--limit", type=int, default=None, help="first N items of each set")
     ap.add_argument("--skip", type=int, default=0, help="leave out the first N items of each set (checked apart from them)")
@@ -296,14 +631,33 @@ def main() -> None:
                     help="a --cache folder where this script ran on the code before issue 14 (method default): "
                          "its records are scored here as the method 'before'")
     ap.add_argument("--json", action="store_true", help="one JSON object: {set: {method: figures}}")
+    ap.add_argument("--rerank-grid", action="store_true",
+                    help="choose the reranker's pool and weight on one half of each set's documents (split by --seed) "
+                         "and report the choice and the ranking without it on the other half (issue 24)")
+    ap.add_argument("--pools", default="10,20,30,40", help="--rerank-grid: pool sizes to try")
+    ap.add_argument("--weights", default="0.5,1,2,4", help="--rerank-grid: fusion weights to try")
+    ap.add_argument("--embed-model", default=None, help="embed.model for the stores (e.g. bge-small-en; give it its own --cache)")
+    ap.add_argument("--seeded-split", action="store_true",
+                    help="also score the halves of --seed apart (tune / held, as --rerank-grid splits)")
+    ap.add_argument("--units", action="store_true", help="--rerank-grid: score each chunk's sentences (rerank_units)")
+    ap.add_argument("--seed", type=int, default=SPLIT_SEED, help="--rerank-grid / --not-found: the seed of the document split")
+    ap.add_argument("--not-found", action="store_true",
+                    help="measure the reranker's best score as the evidence for not_found (answerable, the set's own "
+                         "unanswerable and off-topic questions), the floor fitted on one half and reported on the other")
+    ap.add_argument("--nf-method", default="rerank", help="--not-found: the retrieve settings (a method)")
+    ap.add_argument("--nf-docs", type=int, default=10, help="--not-found: documents per half and set")
+    ap.add_argument("--nf-offtopic-docs", type=int, default=3, help="--not-found: documents per half asked the off-topic questions")
+    ap.add_argument("--nf-max-refused", type=float, default=0.01, help="--not-found: answerable share the floor may refuse (tuning half)")
     args = ap.parse_args()
-    global SKIP
+    global SKIP, EMBED_MODEL, SEEDED_SPLIT
+    EMBED_MODEL = args.embed_model
+    SEEDED_SPLIT = args.seeded_split
     SKIP = args.skip
     names = [s for s in args.sets.split(",") if s]
     methods = [m for m in args.methods.split(",") if m]
     for m in methods:
         if "=" in m and m not in METHODS:  # an ad-hoc method: "bm25_weight=1+rrf_k=20"
-            METHODS[m] = {k: json.loads(v) for k, v in (kv.split("=", 1) for kv in m.split("+"))}
+            METHODS[m] = {k: _value(v) for k, v in (kv.split("=", 1) for kv in m.split("+"))}
         if m not in METHODS and m != "before":
             raise SystemExit(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
     for name in names:
@@ -313,6 +667,23 @@ def main() -> None:
     from ragkit.generate import load_generator
 
     gen = load_generator(settings_for(names[0], args.cache), vocab_only=True)
+    if args.not_found:
+        if "=" in args.nf_method and args.nf_method not in METHODS:
+            METHODS[args.nf_method] = {k: _value(v) for k, v in (kv.split("=", 1) for kv in args.nf_method.split("+"))}
+        res = not_found(names, args.cache, gen, args.seed, args.nf_method, args.nf_docs, args.nf_offtopic_docs,
+                        args.nf_max_refused)
+        (args.cache / "not-found.json").write_text(json.dumps(res, indent=1))
+        print(json.dumps(res, indent=2)) if args.json else print_not_found(res)
+        return
+    if args.rerank_grid:
+        g = rerank_grid(names, args.cache, gen, [int(x) for x in args.pools.split(",")],
+                        [float(x) for x in args.weights.split(",")], args.seed, units=args.units)
+        (args.cache / ("rerank-grid-units.json" if args.units else "rerank-grid.json")).write_text(json.dumps(g, indent=1))
+        if args.json:
+            print(json.dumps(g, indent=2))
+        else:
+            print_grid(g)
+        return
     out: dict = {}
     for name in names:
         out[name] = {}
@@ -331,7 +702,7 @@ def main() -> None:
         print(f"\n{name} (evidence within the first {SETS[name]['within']} prompt tokens; strict rule is the headline)")
         print("method".ljust(12) + "part".ljust(8) + "".join(SHORT[c].rjust(13) for c in cols) + "  s/item")
         for m, r in ms.items():
-            for part in ("all", "half_a", "half_b"):
+            for part in ("all", "half_a", "half_b", "tune", "held"):
                 if part in r:
                     print(m.ljust(12) + part.ljust(8) + "".join(fmt(r[part].get(c)).rjust(13) for c in cols)
                           + (f"  {r['retrieve_s_per_item']:.3f}" if part == "all" else ""))

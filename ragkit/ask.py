@@ -5,6 +5,21 @@ Usable from Python:
     from ragkit.config import load_settings
     from ragkit.ask import ask
     result = ask("How long does confidentiality last?", load_settings(), docs=["nda.pdf"])
+    result.outcome   # "supported" | "unverified" | "not_found"
+
+Every answer ends in one of three outcomes, never conflated:
+
+- **supported**: the model's answer, with each claim tied to the source sentence that
+  supports it (`ragkit.retrieve.claims`); a question that asks for the clause itself
+  ("Which part of this contract concerns X? Quote it.") is answered by quoting the best
+  sentences of the sources, not by generation (`answer_kind` "quoted").
+- **unverified**: no claim of the model's answer is supported (or the model said the
+  documents do not say) while the sources hold passages on point: the answer is "Not
+  verified against the sources." and those passages, quoted with document, page and
+  section (`passages`); the model's text is kept in `model_answer`, marked as unverified.
+- **not_found**: the evidence says the documents lack it (the store-calibrated retrieval
+  gate, no sentence naming the question's key terms, or no passage above the relevance
+  floor, `ragkit.retrieve.quotes`): "The documents do not say.", citing nothing.
 """
 
 from __future__ import annotations
@@ -20,8 +35,12 @@ from ragkit.retrieve import Retrieval, retrieve
 from ragkit.retrieve.citations import Citation, extract, is_abstention
 from ragkit.retrieve.claims import Claim
 from ragkit.retrieve.prompt import Prompt
+from ragkit.retrieve.quotes import Passage
 
 ABSTAIN_TEXT = "The documents do not say."
+UNVERIFIED_TEXT = "Not verified against the sources."
+UNVERIFIED_HEAD = UNVERIFIED_TEXT + " The passages that answer the question best:"
+OUTCOMES = ("supported", "unverified", "not_found")
 
 
 @dataclass
@@ -37,7 +56,12 @@ class AskResult:
     timings: dict[str, float] = field(default_factory=dict)
     choice: Choice | None = None  # set by ask_choice
     claims: list[Claim] = field(default_factory=list)  # the answer's claims, each tied to its source sentence(s)
-    unsupported_answer: str | None = None  # the generated answer when no claim of it was supported (then abstained)
+    unsupported_answer: str | None = None  # the generated answer when no claim of it was supported (then replaced)
+    outcome: str = "supported"  # supported | unverified | not_found (see the module's doc)
+    passages: list[Passage] = field(default_factory=list)  # unverified, or a quoted answer: the passages shown
+    model_answer: str | None = None  # the model's own text when the answer shown is not it (unverified, not_found)
+    answer_kind: str = "generated"  # "quoted": answered by quoting the sources (a question asking for the clause)
+    unverified_reason: str | None = None  # why the model's answer is not verified (outcome unverified)
 
     @classmethod
     def from_retrieval(cls, r: Retrieval) -> "AskResult":
@@ -50,6 +74,12 @@ class AskResult:
             "citations": [c.to_json() for c in self.citations],
             "invalid_citations": self.invalid_citations,
             "claims": [c.to_json() for c in self.claims],
+            "outcome": self.outcome,
+            "answer_kind": self.answer_kind,
+            "passages": [p.to_json() for p in self.passages],
+            "model_answer": self.model_answer,
+            "unverified_reason": self.unverified_reason,
+            # kept for compatibility: abstained is true for not_found only
             "abstained": self.abstained,
             "abstain_reason": self.abstain_reason,
             "unsupported_answer": self.unsupported_answer,
@@ -122,6 +152,8 @@ def ask(
         return result
     if abstain_if_irrelevant(result, r, t0, on_text):
         return result
+    if answer_by_quoting(result, r, t0, settings, on_text):
+        return result
     limit = settings.generator.max_tokens if max_tokens is None else max(1, min(max_tokens, settings.generator.max_tokens))
     gen = generator.generate(r.prompt.ids, max_tokens=limit, on_text=on_text)
     finish(result, gen, t0, settings)
@@ -136,6 +168,7 @@ def abstain_if_irrelevant(result: AskResult, r: Retrieval, t0: float, on_text: C
     result.answer = ABSTAIN_TEXT
     result.abstained = True
     result.abstain_reason = r.abstain_reason
+    result.outcome = "not_found"
     result.generation = Generation(prompt_tokens=len(result.prompt.ids))
     result.timings.update({"generate_s": 0.0, "ttft_s": 0.0, "total_s": time.perf_counter() - t0})
     if on_text is not None:
@@ -143,37 +176,204 @@ def abstain_if_irrelevant(result: AskResult, r: Retrieval, t0: float, on_text: C
     return True
 
 
+def answer_by_quoting(result: AskResult, r: Retrieval, t0: float, settings: Settings,
+                      on_text: Callable[[str], None] | None = None) -> bool:
+    """A question that asks for the clause itself ("Which part of this contract concerns X?
+    Quote it.", "Highlight the parts ...": `ragkit.retrieve.quotes.is_extractive`) is
+    answered by quoting the sources' best passages, without generating (a small model
+    restates such a question instead of quoting). not_found when no passage is on point.
+    Returns whether it answered (off with `retrieve.extractive = false`)."""
+    from ragkit.retrieve.quotes import is_extractive, quoted_answer
+
+    if not settings.retrieve.extractive or not is_extractive(result.question):
+        return False
+    found = _passages(result, settings)
+    result.answer_kind = "quoted"
+    result.generation = Generation(prompt_tokens=len(result.prompt.ids))
+    if found.passages:
+        result.outcome = "supported"
+        result.passages = found.passages
+        result.answer = quoted_answer(found.passages)
+        result.citations = _passage_citations(found.passages)
+    else:
+        _not_found(result, found.not_found or "no passage is on point")
+    result.timings.update({"generate_s": 0.0, "ttft_s": 0.0, "total_s": time.perf_counter() - t0})
+    if on_text is not None:
+        on_text(result.answer)
+    return True
+
+
+def _passages(result: AskResult, settings: Settings):
+    from ragkit.embed import load_embedder
+    from ragkit.retrieve.quotes import best_passages
+
+    t1 = time.perf_counter()
+    found = best_passages(result.question, result.prompt.contexts, load_embedder(settings),
+                          relevance_min=settings.retrieve.relevance_min)
+    result.timings["passages_s"] = time.perf_counter() - t1
+    return found
+
+
+def _passage_citations(passages: list[Passage]) -> list[Citation]:
+    # chosen by ragkit, not marked by the model: `inferred`
+    seen: dict[int, Citation] = {}
+    for p in passages:
+        seen.setdefault(p.n, Citation(p.n, p.doc, p.page, p.section, p.quote, inferred=True))
+    return [seen[n] for n in sorted(seen)]
+
+
+def _not_found(result: AskResult, reason: str) -> None:
+    result.outcome = "not_found"
+    result.answer = ABSTAIN_TEXT
+    result.abstained = True
+    result.abstain_reason = reason
+    result.citations = []  # a not_found answer cites no source
+    result.passages = []
+
+
 def finish(result: AskResult, gen: Generation, t0: float, settings: Settings | None = None) -> None:
     """Fill a result from a generation: answer, checked citations, claims tied to source
-    sentences (with `settings`: the store's embedder reads them), abstention, timings."""
+    sentences (with `settings`: the store's embedder reads them), the outcome, timings.
+    Without `settings` nothing is checked: the outcome is the model's (not_found when it
+    said the documents do not say)."""
     result.generation = gen
     result.answer = gen.text.strip()
     result.citations, result.invalid_citations = extract(result.answer, result.prompt.contexts)
-    result.abstained = is_abstention(result.answer)
+    model_abstained = is_abstention(result.answer)
     result.timings["generate_s"] = gen.total_s
     result.timings["ttft_s"] = gen.ttft_s
-    if settings is not None and not result.abstained:
+    if settings is None:
+        if model_abstained:
+            _not_found(result, "the model said the documents do not say")
+    else:
         t1 = time.perf_counter()
-        attach_claims(result, settings)
+        if not model_abstained:
+            attach_claims(result, settings)
         result.timings["claims_s"] = time.perf_counter() - t1
+        check_outcome(result, settings, model_abstained)
     result.timings["total_s"] = time.perf_counter() - t0
 
 
 def attach_claims(result: AskResult, settings: Settings) -> None:
     """Split the answer into claims and tie each to the source sentence that supports it
-    (`ragkit.retrieve.claims`). When the answer makes claims and none is supported by any
-    source sentence (and `retrieve.abstain_unsupported`), the answer is replaced by "The
-    documents do not say." and kept in `unsupported_answer`: a small model asked about
-    something the documents lack writes a plausible clause instead of abstaining."""
+    (`ragkit.retrieve.claims`)."""
     from ragkit.embed import load_embedder
     from ragkit.retrieve.claims import attribute
 
     result.claims = attribute(result.answer, result.prompt.contexts, load_embedder(settings), question=result.question)
-    if settings.retrieve.abstain_unsupported and result.claims and not any(c.supported for c in result.claims):
-        result.unsupported_answer = result.answer
-        result.answer = ABSTAIN_TEXT
-        result.abstained = True
-        result.abstain_reason = f"no claim of the answer is supported by a source sentence ({len(result.claims)} checked)"
+
+
+def check_outcome(result: AskResult, settings: Settings, model_abstained: bool) -> None:
+    """The outcome of a generated answer. Supported when a claim of it is supported by a
+    source sentence. Otherwise (no claim supported, no claim made, or the model's "The
+    documents do not say."), the sources decide: passages on point -> unverified (the
+    passages are the answer, the model's text is kept and marked); none -> not_found. A
+    small model asked about something the documents lack writes a plausible clause, and
+    asked about something they hold it may still write the wrong one, or say they are
+    silent: the reader is told which, from the evidence. With
+    `retrieve.abstain_unsupported = false` an answer the model gave is kept as supported."""
+    text = result.answer
+    if not model_abstained and not settings.retrieve.abstain_unsupported:
+        result.outcome = "supported"
+        return
+    held = [c for c in result.claims if c.supported]
+    if not model_abstained and held and responsive(result.question, held, result.prompt.contexts):
+        result.outcome = "supported"
+        return
+    if model_abstained:
+        why = "the model said the documents do not say"
+    elif held:
+        why = "the supported claims do not answer the question (their sentences name none of its key words)"
+    elif result.claims:
+        why = f"no claim of the answer is supported by a source sentence ({len(result.claims)} checked)"
+    else:
+        why = "the answer makes no claim a source sentence could support"
+    found = _passages(result, settings)
+    result.model_answer = text
+    if not model_abstained:
+        result.unsupported_answer = text
+    if found.passages:
+        from ragkit.retrieve.quotes import quoted_answer
+
+        result.outcome = "unverified"
+        result.unverified_reason = why
+        result.passages = found.passages
+        result.answer = quoted_answer(found.passages, head=UNVERIFIED_HEAD)
+        result.citations = _passage_citations(found.passages)
+        result.abstained, result.abstain_reason = False, None
+    else:
+        _not_found(result, f"{why}, and {found.not_found or 'no passage is on point'}")
+
+
+NOT_SUPPORTED_NOTE = "Not supported by the sources: "
+
+
+def display_text(result: AskResult, show_model: bool = True) -> str:
+    """The answer as a reader is shown it (before any list of sources), the same in a
+    terminal, a non-streamed and a streamed `ragkit serve` answer (a stream's text is its
+    beginning): supported -> the answer; unverified -> the model's text (when
+    `show_model` and it is an answer, not "The documents do not say.") then "Not verified
+    against the sources." and the passages; not_found -> the model's text when it made
+    claims, then "Not supported by the sources: The documents do not say."."""
+    model = result.model_answer if show_model else None
+    if model and is_abstention(model):
+        model = None  # the model's refusal is not shown: the outcome says what the sources hold
+    if result.outcome == "unverified":
+        return (f"{model}\n\n" if model else "") + result.answer
+    if result.outcome == "not_found" and model:
+        return f"{model}\n\n{NOT_SUPPORTED_NOTE}{ABSTAIN_TEXT}"
+    return result.answer
+
+
+class StreamGate:
+    """What of a streamed answer to show as it comes, so that the stream ends as
+    `display_text` reads: the text is held while it may be the abstention sentence ("The
+    documents do not say." is shown only once the sources say so), leading whitespace is
+    dropped and trailing whitespace held (the answer is stripped), and with `hold_all`
+    nothing is shown before the answer is checked.
+
+        gate = StreamGate()
+        send(gate.feed(piece))                   # for each generated piece
+        send(gate.finish(display_text(result)))  # the rest, once the outcome is known
+    """
+
+    def __init__(self, hold_all: bool = False):
+        self.hold_all = hold_all
+        self.text = ""
+        self.sent = 0
+
+    def feed(self, piece: str) -> str:
+        self.text = (self.text + piece).lstrip() if not self.sent else self.text + piece
+        if self.hold_all or not self.text:
+            return ""
+        if not self.sent:
+            low = " ".join(self.text.lower().split())
+            if low.startswith(ABSTAIN_TEXT.lower()[:-1]) or ABSTAIN_TEXT.lower().startswith(low):
+                return ""  # may be, or is, the abstention sentence
+        body = self.text.rstrip()
+        out, self.sent = body[self.sent:], len(body)
+        return out
+
+    def finish(self, full: str) -> str:
+        """The rest of `full` after what was shown (all of it, after a blank line, in the
+        unexpected case that what was shown is not its beginning)."""
+        shown = self.text[: self.sent]
+        if full.startswith(shown):
+            return full[len(shown):]
+        return "\n\n" + full
+
+
+def responsive(question: str, claims: list[Claim], contexts) -> bool:
+    """Whether a supported claim answers the question: its source sentence (or section
+    heading) names one of the question's key words (`ragkit.retrieve.quotes.key_terms`).
+    A small model asked which law governs may copy the counterparts sentence: supported,
+    and no answer."""
+    from ragkit.retrieve.quotes import _words, key_terms
+
+    want = key_terms(question, contexts)
+    if not want:
+        return True
+    return any(want & _words(f"{s.quote} {s.section or ''}") for c in claims for s in c.citations)
 
 
 def ask_choice(

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ragkit.ask import AskResult, abstain_if_irrelevant, finish
+from ragkit.ask import AskResult, abstain_if_irrelevant, answer_by_quoting, finish
 from ragkit.config import Settings
 from ragkit.errors import UsageError
 from ragkit.generate import load_generator
@@ -59,13 +59,14 @@ class ChatSession:
     # ------------------------------------------------------------ asking
 
     def ask(self, question: str, *, on_text: Callable[[str], None] | None = None) -> AskResult:
-        """Like `ragkit.ask.ask`, on the session's generator, with the state restored or
-        saved around the generation when `state_dir` is set."""
+        """Like `ragkit.ask.ask` (the same three outcomes, the same quoted answers), on the
+        session's generator, with the state restored or saved around the generation when
+        `state_dir` is set."""
         t0 = time.perf_counter()
         r = retrieve(question, self.settings, self.docs, generator=self.generator)
         prompt = r.prompt
         result = AskResult.from_retrieval(r)
-        if abstain_if_irrelevant(result, r, t0, on_text):
+        if abstain_if_irrelevant(result, r, t0, on_text) or answer_by_quoting(result, r, t0, self.settings, on_text):
             return result
         restored = self.restore_state(prompt) if self.state_dir is not None else None
         if restored is not None:

@@ -57,9 +57,44 @@ class ChecklistItem:
         return self._terms is None or bool(self._terms.search(text))
 
     def contrary_in(self, text: str) -> str | None:
-        """The contrary wording the sentence holds, if any."""
-        m = self._contrary.search(text) if self._contrary is not None else None
-        return m.group(0) if m else None
+        """The contrary wording the sentence holds, if any, read in its scope
+        (`contrary_scope`): a prohibition the same sentence makes an exception to ("shall
+        not copy ... except as reasonably necessary") and wording the sentence excludes
+        ("technical information only and excludes business plans") are not contrary."""
+        if self._contrary is None:
+            return None
+        for m in self._contrary.finditer(text):
+            if contrary_scope(text, m.start(), m.end()):
+                return m.group(0)
+        return None
+
+
+# negation and exception scope of a contrary phrase, inside its clause (up to ; or :)
+_NEGATION = re.compile(r"\b(?:not|no|nor|never|neither|without)\b|n[’']t\b", re.I)
+_EXCLUDES = re.compile(r"\b(?:exclud\w*|other\s+than|except(?:ing)?|apart\s+from|save\s+for|not|no|nor|never|neither)\b",
+                       re.I)
+# idioms with a negation word that exclude nothing ("including but not limited to")
+_NOT_EXCLUDING = re.compile(r"\b(?:(?:but\s+)?(?:is\s+|are\s+)?not\s+limited\s+to|without\s+limit\w*|whether\s+or\s+not)\b",
+                            re.I)
+_EXCEPTION = re.compile(r"\b(?:except|excepting|unless|other\s+than|save\s+(?:as|for|that)|provided\s*,?\s*(?:however|that)|"
+                        r"but\s+(?:may|can|shall\s+be\s+permitted)|to\s+the\s+extent)\b", re.I)
+
+
+def contrary_scope(text: str, start: int, end: int) -> bool:
+    """Whether the contrary phrase at text[start:end] says the opposite of the item in its
+    clause. A phrase that is itself a prohibition ("not copy", "no copies") does not when
+    the same sentence makes an exception to it after it ("shall not copy ... except as
+    reasonably necessary for the Purpose": copies are allowed in some circumstances); a
+    phrase that names something ("business plans") does not when its clause excludes it
+    ("technical information only and excludes business plans", "other than business
+    information", "does not include financial information"): the words then agree with
+    the item. Clause: back to the last ";", ":" or sentence end, on to the sentence end."""
+    phrase = text[start:end]
+    before = re.split(r"[;:.!?]\s", text[:start])[-1]
+    after = re.split(r"(?<=[.!?])\s", text[end:], maxsplit=1)[0]
+    if _NEGATION.search(phrase):
+        return not _EXCEPTION.search(after)
+    return not _EXCLUDES.search(_NOT_EXCLUDING.sub(" ", before[-80:]))
 
 
 def term_pattern(terms: list[str]) -> "re.Pattern | None":
@@ -94,13 +129,14 @@ class Finding:
     scores: dict = field(default_factory=dict)  # per option, the log-probability the label was decided on
     closest: str | None = None  # Not mentioned from the evidence: the nearest passage, not on point (not quoted)
     claims: list = field(default_factory=list)  # free-text items: the answer's claims (ragkit.retrieve.claims)
+    outcome: str | None = None  # free-text items: the answer's outcome (supported | unverified | not_found, ragkit.ask)
 
     def to_json(self) -> dict:
         return {
             "doc": self.doc, "label": self.label, "confidence": self.confidence, "answer": self.answer, "note": self.note,
             "quote": self.quote, "page": self.page, "section": self.section, "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens, "evidence": self.evidence, "closest": self.closest,
-            "claims": self.claims,
+            "claims": self.claims, "outcome": self.outcome,
         }
 
 
@@ -206,98 +242,10 @@ def load_checklist(name_or_path: str) -> tuple[str, list[ChecklistItem]]:
     return data.get("name", p.stem), items
 
 
-_LIST_ITEM = re.compile(r"^\(?([a-z]{1,4}|\d{1,2})\)\s")
-# sentence ends, and the "(a) ... ; (b) ..." items inside a clause, so a quote can be one item
-_UNITS = re.compile(r"(?<=[.;:,!?])\s+(?:(?:and|or)\s+)?(?=\((?:[a-z]{1,4}|\d{1,2})\)\s)|(?<=[.;:!?])\s+(?=(?:[a-z]{1,4}|\d{1,2})\)\s)"
-                    r"|\s+(?:and|or)\s+(?=\((?:[a-z]{1,4}|\d{1,2})\)\s)|(?<=[.!?])\s+(?=[A-Z(\"“])|\n+")
-
-
-def _stemmer():
-    import snowballstemmer
-
-    return snowballstemmer.stemmer("english").stemWords  # "independently developed" ~ "independent development"
-
-
-def _words(text: str, stem) -> set[str]:
-    from ragkit.retrieve.bm25 import tokenize
-
-    return set(tokenize(text))  # tokenize already stems (Snowball); stemming twice is not idempotent ("agree" -> "agr")
-
-
-LEXICAL_WEIGHT = 0.3  # the best word match adds this much to a sentence's cosine (ContractNLI quotes: 0.600 of gold spans; cosine alone 0.553, words alone 0.612 but it quotes Bonterms §7's duty to destroy for "retain")
-
-
-def _is_heading(unit: str) -> bool:
-    """"Return or Destruction of Confidential Information.": short, every long word capitalised."""
-    words = re.findall(r"[A-Za-z][\w’'-]*", unit)
-    long = [w for w in words if len(w) > 3]
-    return len(words) <= 10 and bool(long) and all(w[0].isupper() for w in long)
-
-
-def split_units(text: str) -> list[str]:
-    """A clause's sentences and list items."""
-    # a PDF's text layer breaks lines inside sentences: a blank line ends a paragraph,
-    # a single line break is a space
-    text = re.sub(r"[ \t]*\r?\n[ \t]*(?!\r?\n)", " ", re.sub(r"\r?\n\s*\r?\n", "\n\n", text))
-    return [u.strip() for u in _UNITS.split(text) if u and u.strip()]
-
-
-def _quotable(units: list[str]) -> list[int]:
-    """Units that can be a quote: not headings, not lead-ins alone (a lead-in comes back with its item)."""
-    return [j for j in range(len(units)) if len(units[j].split()) >= 4 and not units[j].endswith(":") and not _is_heading(units[j])]
-
-
-def clause_quote(text: str, want: set[str], weight: dict[str, float], stem, limit: int = 320,
-                 similarity: Callable[[list[str]], list[float]] | None = None,
-                 names_item: Callable[[str], bool] | None = None) -> str:
-    """The sentence or list item of a clause that shares most (weighted, stemmed) words with
-    the checklist item. A list item keeps its lead-in ("... do not apply to information
-    that it can demonstrate: … (d) it independently developed ..."), so the quote reads as
-    the clause says it."""
-    units = split_units(text)
-    if not units:
-        return text[:limit]
-
-    def score(i: int) -> tuple:
-        ws = _words(units[i], stem)
-        # matched weight per square root of the unit's length: a long list of duties that
-        # mentions "return" and "destroy" should not outrank the one sentence on "retain"
-        # (a heading alone, "Term and Termination.", is not a quote: short units count as 12 words)
-        return (sum(weight.get(x, 1.0) for x in ws & want) / max(12, len(ws)) ** 0.5, -abs(len(units[i]) - 200))
-
-    def with_lead_in(i: int) -> str:
-        quote = units[i]
-        if _LIST_ITEM.match(quote):
-            lead = next((units[j] for j in range(i - 1, -1, -1) if not _LIST_ITEM.match(units[j])), None)
-            if lead is not None and lead.rstrip().endswith(":"):
-                lead = lead if len(lead) <= 160 else "…" + lead[-159:]
-                quote = f"{lead} … {quote}"
-        return quote
-
-    cand = _quotable(units) or list(range(len(units)))
-    if names_item is not None:
-        # a sentence that names the item ("reverse engineer") before one that only sounds like it
-        cand = [j for j in cand if names_item(with_lead_in(j))] or cand
-    if similarity is not None:
-        # the embedder reads meaning: "may retain ... backup copies" answers "retain after
-        # returning or destroying" better than the list of duties that names "return" and
-        # "destroy" (measured on Bonterms §7)
-        cos = similarity([units[j] for j in cand])
-        lex = [score(j)[0] for j in cand]
-        top_lex = max(lex) or 1.0
-        sims = [c + LEXICAL_WEIGHT * x / top_lex for c, x in zip(cos, lex)]
-        order = sorted(range(len(cand)), key=lambda k: (sims[k], score(cand[k])), reverse=True)
-        picked = [cand[order[0]]]
-        # a near tie (Common Paper §6: the duty to destroy, then the exception that lets the
-        # recipient retain copies) quotes both sentences, in the clause's order
-        if len(order) > 1 and sims[order[0]] - sims[order[1]] < 0.03:
-            picked = sorted(picked + [cand[order[1]]])
-            limit += 160
-    else:
-        picked = [max(cand, key=score)]
-
-    quote = " … ".join(with_lead_in(i) for i in picked)
-    return quote if len(quote) <= limit else quote[: limit - 1].rstrip() + "…"
+# the quote rules live with the sources (ragkit.retrieve.quotes), shared with `ask`'s passages
+from ragkit.retrieve.quotes import (  # noqa: E402,F401
+    _LIST_ITEM, _UNITS, LEXICAL_WEIGHT, _is_heading, _quotable, _stemmer, _words, clause_quote, split_units, with_lead_in,
+)
 
 
 def _similarity(settings: Settings | None, item: "ChecklistItem"):
@@ -544,6 +492,7 @@ def check_item(doc: str, item: ChecklistItem, settings: Settings) -> tuple[Findi
     confidence = None
     note = None
     claims: list[dict] = []  # a free-text answer's claims, each tied to the sentence that supports it
+    outcome = None  # a free-text answer's outcome (ragkit.ask)
     chosen: dict = {}  # the quote, when clause mode already chose it
     if item.hypothesis is not None:
         # the label is the option the model scores highest, not parsed from free text;
@@ -563,21 +512,23 @@ def check_item(doc: str, item: ChecklistItem, settings: Settings) -> tuple[Findi
             note = r.choice.note  # e.g. the engine gave no log-probabilities: the label was read from a short answer
         label = "Not mentioned" if r.abstained else (r.answer or "Unclear")
     else:
-        r = ask(item.question, settings, [doc])
-        unsupported = getattr(r, "unsupported_answer", None)
-        if r.abstained and unsupported:
-            # ask abstained because no claim of its answer holds ("1 year" where the
-            # contract leaves the term to its cover page); the clause is still there, and
-            # its quote is what the reader relies on
-            r.abstained, r.answer = False, unsupported
-            note = "no claim of the model's answer is supported by the document: rely on the quote"
-        label = "Not mentioned" if r.abstained else "Found"
-        bad = [] if r.abstained else unsupported_figures(r.answer, r.prompt.contexts)
-        if not r.abstained:
-            from ragkit.embed import load_embedder
-            from ragkit.retrieve.claims import attribute
+        from ragkit.retrieve.citations import is_abstention
 
-            claims = [c.to_json() for c in attribute(r.answer, r.prompt.contexts, load_embedder(settings))]
+        r = ask(item.question, settings, [doc])
+        outcome = r.outcome
+        if outcome == "unverified":
+            # no claim of the model's answer holds ("1 year" where the contract leaves the
+            # term to its cover page), or the model said the document is silent, while the
+            # document has passages on point: the clause is there, and its quote is what
+            # the reader relies on
+            if r.model_answer and not is_abstention(r.model_answer):
+                r.answer = r.model_answer
+            note = "not verified against the document: no claim of the model's answer is supported; rely on the quote"
+        label = "Not mentioned" if outcome == "not_found" else "Found"
+        # the model's own text, when it is an answer: its figures the document lacks are noted
+        said = r.model_answer if outcome == "unverified" else (r.answer if r.answer_kind == "generated" else None)
+        bad = unsupported_figures(said, r.prompt.contexts) if label == "Found" and said and not is_abstention(said) else []
+        claims = [c.to_json() for c in r.claims] if label == "Found" else []
         if bad:
             note = f"the answer names {', '.join(bad)}, which the document does not contain: rely on the quote"
     if not r.prompt.contexts:
@@ -639,6 +590,7 @@ def check_item(doc: str, item: ChecklistItem, settings: Settings) -> tuple[Findi
         scores=scores,
         closest=closest,
         claims=claims,
+        outcome=outcome,
     )
     return finding, r
 

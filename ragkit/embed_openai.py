@@ -61,8 +61,10 @@ class OpenAIEmbedder:
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "OpenAIEmbedder":
-        from ragkit.embed import SentenceTransformerEmbedder
+    def from_settings(cls, settings: Settings, tokenizer_class) -> "OpenAIEmbedder":
+        """`tokenizer_class`: the local model class that counts tokens (ragkit.embed's
+        SentenceTransformerEmbedder), passed in so this module does not import the module
+        that chooses among the backends (no circle)."""
         from ragkit.models import resolve
 
         path = resolve(settings.embed.model, "embedder", settings.cache_dir)
@@ -70,7 +72,7 @@ class OpenAIEmbedder:
             raise ConfigError(
                 f"embed.model {settings.embed.model!r} has no tokenizer.json to count tokens with for backend openai",
                 hint="set embed.model to a sentence-transformers folder with the served model's tokenizer (minilm)")
-        return cls(settings, SentenceTransformerEmbedder(settings.embed.model, path))
+        return cls(settings, tokenizer_class(settings.embed.model, path))
 
     # ------------------------------------------------------------ identity
 

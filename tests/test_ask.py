@@ -97,13 +97,14 @@ def test_cli_docs_and_ingest_json(nda_store, tmp_path):
 
 def test_a_question_the_documents_cannot_answer_is_abstained(nda_store):
     r = ask("What is the capital of France?", nda_store)
-    assert r.abstained and r.answer == "The documents do not say."
+    assert r.abstained and r.answer == "The documents do not say." and r.outcome == "not_found"
     # the gate is calibrated on the store (ragkit.retrieve.abstain): the best score is read
     # against what the same documents score for questions about nothing in them
     assert r.citations == [] and "sd above unrelated questions" in r.abstain_reason
     assert r.generation.completion_tokens == 0  # abstained without generating
     r2 = ask("What is the purchase price of the shares?", nda_store, docs=["ai-osi-stack-mutual-nda"])
-    assert r2.abstained and r2.answer == "The documents do not say."
+    assert r2.abstained and r2.answer == "The documents do not say." and r2.outcome == "not_found"
+    assert r2.citations == []  # a not_found answer cites no source
     # an answerable question passes the gate and reaches the model
     from ragkit.retrieve import retrieve
 
@@ -115,7 +116,7 @@ def test_a_question_the_documents_cannot_answer_is_abstained(nda_store):
     # over the whole store this one passes the retrieval gate (MiniLM: best 0.297, 4.5 sd
     # above the probes; the old 0.30 cosine gate stopped it by 0.003), so it reaches the
     # model; it must still come back abstained, citing nothing
-    assert out["abstained"] is True and out["citations"] == [], out
+    assert out["abstained"] is True and out["outcome"] == "not_found" and out["citations"] == [], out
     assert "the documents do not say" in out["answer"].lower() and not any(c["supported"] for c in out["claims"])
 
 

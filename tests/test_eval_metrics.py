@@ -132,6 +132,28 @@ def test_answer_match_any_all():
     assert M.answer_match("Sales were 1,200 million dollars", ["$1.2 billion"]) is True  # via numbers
 
 
+def test_answer_match_is_whole_words_and_whole_numbers():
+    """Gold "no" is not in "The documents do not say.", gold "14" is not in "140" (both
+    matched as substrings before): whole words and numbers only."""
+    assert M.answer_match("The documents do not say.", ["no"]) is False
+    assert M.answer_match("The fee is due within 140 days.", ["14"]) is False
+    assert M.answer_match("The rate is 14.5 percent.", ["14"]) is False
+    assert M.answer_match("No, it may not.", ["no"]) is True
+    assert M.answer_match("within 14 days [2]", ["14"]) is True
+    assert M.answer_match("A new submission is not necessary.", ["not necessary"]) is True
+    assert M.answer_match("It is unnecessary.", ["necessary"]) is False
+
+
+def test_answer_body_drops_the_unverified_head_and_the_places_of_quotes():
+    body = M.answer_body("Not verified against the sources. The passages that answer the question best:\n"
+                         "“A new fee is not necessary.” [3] (fda.pdf, p. 6, § 5 (Permitted))")
+    assert body == "“A new fee is not necessary.”"
+    assert M.answer_match(body, ["6"]) is False  # the page is no figure of the answer
+    assert M.outcome_of({"outcome": "unverified", "abstained": False}) == "unverified"
+    assert M.outcome_of({"abstained": True}) == "not_found" and M.outcome_of({"answer": "x"}) == "supported"
+    assert M.outcome_of({"answer": ""}) == "none"
+
+
 def test_strip_citations():
     assert M.strip_citations("Three years [1]. Manitoba [2, 3] and [4-5].") == "Three years. Manitoba and."
     assert M.strip_citations(None) == ""
@@ -307,6 +329,35 @@ def test_score_item_ranks_by_retrieval_not_prompt_order():
     row = score_item(nli, _rec(ctxs, answer="Yes [1]."), rate_tok_s=106.0)
     assert (row["nli_gold"], row["nli_pred"], row["failed"]) == ("Contradiction", "Entailment", True)
     assert "should_abstain" not in row  # NLI questions are scored by label, not abstention
+
+
+def test_wrongly_refused_counts_an_unverified_answer_with_the_gold_passage_apart():
+    """eval's refusal figures (issue 23): an answerable question is wrongly refused when its
+    outcome is not supported, unless it is unverified with the gold evidence among the
+    passages shown; abstained (for precision and recall) means not_found only."""
+    from ragkit.config import load_settings
+    from ragkit.eval.run import score
+
+    ctx = [{"n": 1, "rank": 1, "doc": "a.pdf", "page": 1, "page_end": 1, "text": EV}]
+    shown = {"outcome": "unverified", "answer": "Not verified against the sources. ...", "passages": [{"quote": EV}]}
+    items = [EvalItem(id=i, question="?", doc="a.pdf", answers=["alpha beta"], evidence=EV) for i in "abcd"] + [
+        EvalItem(id="u", question="?", doc="a.pdf", answerable=False)]
+    recs = {
+        "a": _rec(ctx, id="a", answer="It is alpha beta.", outcome="supported"),
+        "b": _rec(ctx, id="b", **shown),  # unverified, the gold passage shown: not a refusal
+        "c": _rec(ctx, id="c", outcome="unverified", answer="Not verified ...", passages=[{"quote": "Something else entirely."}]),
+        "d": _rec(ctx, id="d", answer="The documents do not say.", abstained=True, outcome="not_found"),
+        "u": _rec(ctx, id="u", answer="The documents do not say.", abstained=True, outcome="not_found"),
+    }
+    rep = score(items, recs, load_settings())
+    by = {r["id"]: r for r in rep["questions"]}
+    assert [by[i]["wrongly_refused"] for i in "abcd"] == [False, False, True, True]
+    assert by["b"]["unverified_with_evidence"] is True and by["b"]["abstained"] is False
+    assert by["b"]["answer_or_quote_match"] is True and by["b"]["answer_match"] is False
+    m = rep["metrics"]
+    assert (m["wrongly_refused"], m["n_answerable"], m["unverified_with_evidence"]) == (2, 4, 1)
+    assert (m["n_supported"], m["n_unverified"], m["n_not_found"]) == (1, 2, 2)
+    assert m["abstain_precision"] == 0.5 and m["abstain_recall"] == 1.0  # d and u not_found, only u should be
 
 
 def test_score_aggregates_null_where_no_data():

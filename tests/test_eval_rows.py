@@ -331,3 +331,28 @@ def test_real_eval_run_rows_rescore_and_compare(nda_store, tmp_path):
         if scored[first].get(k) != hs[first].get(k):
             assert any(x.startswith(f"{k} ") for x in cmp[first]["changed"].split("; ")), k
     assert [cmp[i.id]["changed"] for i in items[1:]] == ["", ""]
+
+
+def test_text_xml_forbids_is_dropped_from_the_xlsx_not_the_run(tmp_path):
+    """A PDF's text can hold characters XML forbids (seen: pdfium's U+FFFE for a breakable
+    hyphen in CUAD filings, a lone surrogate); openpyxl raised on them at the end of an
+    80-question run. The xlsx drops them; the CSV keeps the answer as recorded."""
+    from ragkit.eval.rows import write_xlsx
+
+    path = tmp_path / "rows.xlsx"
+    write_xlsx(path, ["id", "answer"], [{"id": "q", "answer": "a non\ufffetransferable licence \udc80\x0c ok"}])
+    _, header, rows = _xlsx(path)
+    assert header == ["id", "answer"] and rows[0]["answer"].value == "a nontransferable licence  ok"
+
+
+def test_pdfium_breakable_hyphen_is_read_as_a_hyphen(tmp_path):
+    """The text layer of a real CUAD filing: pdfium returns U+FFFE where the PDF has a
+    breakable hyphen ("non-transferable"); ingest reads it as "-"."""
+    from ragkit.ingest.loaders import load
+
+    from conftest import SHARED
+
+    src = SHARED / "cuad-10" / "pdf"
+    pdf = next(src.glob("ENERGOUSCORP*"))
+    text = " ".join(b.text for b in load(pdf))
+    assert "\ufffe" not in text and "non-transferable" in text.replace("\xa0", " ")

@@ -8,7 +8,6 @@ import shutil
 import sys
 import tomllib
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner

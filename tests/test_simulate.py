@@ -5,7 +5,6 @@ test must run in seconds, the layout rules are checked at Kimi K2's real width."
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest

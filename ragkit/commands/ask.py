@@ -11,14 +11,23 @@ import typer
 from ragkit.commands._common import INFERRED_NOTE, JsonOpt, ProfileOpt, StoreOpt, _print_json, command_errors, _settings, err, out
 
 
-def print_claims(result) -> None:
+def print_claims(result, model_shown: bool = True) -> None:
     """Each claim of the answer with the source sentence that supports it; a claim no
-    sentence supports is marked, and so is a marker [n] whose source does not say it."""
+    sentence supports is marked, and so is a marker [n] whose source does not say it.
+    First, when the outcome is not "supported", why (the answer text above, `display_text`,
+    already says "Not verified against the sources" with the passages, or "The documents do
+    not say."; `model_shown`: the model's own text was printed above)."""
+    from ragkit.ask import display_text
     from ragkit.retrieve.prompt import format_location
 
-    if getattr(result, "unsupported_answer", None):
-        out.print("[bold yellow]No claim of this answer is supported by the sources:[/] The documents do not say.",
-                  highlight=False)
+    outcome = getattr(result, "outcome", "supported")
+    if outcome == "unverified":
+        shown = model_shown and bool(getattr(result, "model_answer", None)) and result.model_answer in display_text(result)
+        out.print(f"[bold yellow]Not verified:[/] {result.unverified_reason}"
+                  + ("; the first paragraph above is the model's answer, the passages are the documents' words" if shown
+                     else "; the passages above are the documents' words"), highlight=False)
+    elif outcome == "not_found" and result.abstain_reason:
+        out.print(f"[dim]why: {result.abstain_reason}[/]", highlight=False)
     if not result.claims:
         return
     out.print("[bold]Claims[/]")
@@ -51,12 +60,15 @@ def register(app: typer.Typer) -> None:
 
         with command_errors(as_json):
             settings = _settings(store, profile)
-            streamed = []
+            from ragkit.ask import StreamGate, display_text
+
+            live = settings.retrieve.show_unverified  # else the answer is printed once it is checked
+            gate = StreamGate(hold_all=not live)
 
             def on_text(piece: str) -> None:
-                streamed.append(piece)
-                if not as_json:
-                    sys.stdout.write(piece)
+                shown = gate.feed(piece)
+                if not as_json and shown:
+                    sys.stdout.write(shown)
                     sys.stdout.flush()
 
             result = run_ask(question, settings, doc, dry_run=dry_run, on_text=on_text)
@@ -75,8 +87,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             _print_json(result.to_json())
             return
+        sys.stdout.write(gate.finish(display_text(result, show_model=live)))  # the rest, once checked
         sys.stdout.write("\n\n")
-        if result.citations:
+        if result.citations and result.outcome != "unverified":  # unverified: the passages are in the answer above
             out.print("[bold]Sources[/]")
             for c in result.citations:
                 where = format_location(c.page, c.section)
@@ -85,7 +98,7 @@ def register(app: typer.Typer) -> None:
                 out.print(f"     “{c.quote}”", highlight=False, style="dim")
         if result.invalid_citations:
             out.print(f"[yellow]warning:[/] the answer cites {result.invalid_citations}, which were not among the sources", highlight=False)
-        print_claims(result)
+        print_claims(result, model_shown=live)
         g = result.generation
         t = result.timings
         err.print(

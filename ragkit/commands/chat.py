@@ -54,10 +54,16 @@ def register(app: typer.Typer) -> None:
             session = ChatSession(settings, doc, state_dir=state_dir)
             if interactive:
                 err.print("[dim]ask a question (empty line skipped, /exit or Ctrl-D ends)[/]")
+            from ragkit.ask import StreamGate, display_text
+
+            live = settings.retrieve.show_unverified
             for q in _questions(questions):
-                def on_text(piece: str) -> None:
-                    if not as_json:
-                        sys.stdout.write(piece)
+                gate = StreamGate(hold_all=not live)
+
+                def on_text(piece: str, gate=gate) -> None:
+                    shown = gate.feed(piece)
+                    if not as_json and shown:
+                        sys.stdout.write(shown)
                         sys.stdout.flush()
 
                 r = session.ask(q, on_text=on_text)
@@ -66,12 +72,12 @@ def register(app: typer.Typer) -> None:
                     sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
                     sys.stdout.flush()
                     continue
-                sys.stdout.write("\n")
-                for c in r.citations:
+                sys.stdout.write(gate.finish(display_text(r, show_model=live)) + "\n")
+                for c in (r.citations if r.outcome != "unverified" else []):  # unverified: the passages are above
                     where = format_location(c.page, c.section)
                     flag = INFERRED_NOTE if c.inferred else ""
                     out.print(f" [{c.n}] [cyan]{c.doc}[/] {where}{flag}", highlight=False)
-                print_claims(r)
+                print_claims(r, model_shown=live)
                 g = r.generation
                 err.print(
                     f"[dim]prompt {len(r.prompt.ids)} tok ({g.cached_tokens} cached), {g.completion_tokens} generated; "

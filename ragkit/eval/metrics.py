@@ -13,17 +13,14 @@ import re
 import string
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass
 from typing import Iterable, Sequence
+
+# the number reader is the pipeline's (ragkit.retrieve.figures): the claims check and the
+# metrics read figures the same way
+from ragkit.retrieve.figures import _QUOTES, Quantity, extract_numbers, same_number  # noqa: F401
 
 # ---------------------------------------------------------------------- normalization
 
-_QUOTES = str.maketrans({
-    "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "\u00b4": "'", "`": "'",
-    "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u2033": '"', "\u00ab": '"', "\u00bb": '"',
-    "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
-    "\u00ad": None, "\u200b": None, "\u2060": None, "\ufeff": None,
-})
 _HYPHEN = re.compile(r"(?<=\w)-\s*(?=\w)")
 _WS = re.compile(r"\s+")
 _TOKEN = re.compile(r"\w+", re.U)
@@ -211,57 +208,6 @@ def doc_recall(sources: Sequence[str], context_docs: Sequence[str]) -> float | N
 
 # ---------------------------------------------------------------------- numbers
 
-_SCALE = {
-    "thousand": 1e3, "thousands": 1e3, "k": 1e3,
-    "million": 1e6, "millions": 1e6, "mn": 1e6, "m": 1e6, "mm": 1e6,
-    "billion": 1e9, "billions": 1e9, "bn": 1e9, "b": 1e9,
-    "trillion": 1e12, "trillions": 1e12, "tn": 1e12,
-}
-_NUM = re.compile(
-    r"(?:(?<![\w.,)])(?P<neg>-|\u2212))?\s*(?P<paren>\()?\s*(?:(?P<cur>[$€£¥])\s*(?P<neg2>-)?)?"
-    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
-    r"(?P<close>\))?"
-    r"(?:\s*(?P<pct>%|percent\b|per cent\b|pct\b)|\s*(?P<scale>thousands?|millions?|billions?|trillions?|mn|bn|tn|mm|[kmb])\b)?"
-    r"(?P<close2>\))?",
-    re.I,
-)
-
-
-@dataclass(frozen=True)
-class Quantity:
-    value: float
-    percent: bool = False
-
-
-def extract_numbers(text: str | None) -> list[Quantity]:
-    """Numbers with their scale and sign: "$1.2 billion" -> 1.2e9, "1,200 million" -> 1.2e9,
-    "(1,234)" -> -1234, "12.5%" -> 12.5 (percent). Years and section numbers come out as
-    plain numbers too; callers compare sets of quantities."""
-    if not text:
-        return []
-    t = unicodedata.normalize("NFKC", text).translate(_QUOTES)
-    out: list[Quantity] = []
-    for m in _NUM.finditer(t):
-        try:
-            v = float(m.group("num").replace(",", ""))
-        except ValueError:
-            continue
-        scale = (m.group("scale") or "").lower()
-        if scale:
-            v *= _SCALE[scale]
-        closed = bool(m.group("close") or m.group("close2"))
-        if m.group("neg") or m.group("neg2") or (m.group("paren") and closed):
-            v = -v
-        out.append(Quantity(v, percent=bool(m.group("pct"))))
-    return out
-
-
-def same_number(a: Quantity, b: Quantity, rel_tol: float = 5e-3) -> bool:
-    if a.percent != b.percent:
-        return False
-    return math.isclose(a.value, b.value, rel_tol=rel_tol, abs_tol=1e-9)
-
-
 def numeric_match(gold: str, pred: str, rel_tol: float = 5e-3) -> bool | None:
     """Every number of the gold text occurs in the prediction (same value after scale
     and sign, within a relative tolerance for rounding: "$1.2 billion" == "1,200 million"
@@ -327,6 +273,34 @@ def strip_citations(answer: str | None) -> str:
     return _CITE.sub("", answer or "").strip()
 
 
+# the head of an unverified answer (ragkit.ask.UNVERIFIED_HEAD): not part of what it says
+_UNVERIFIED_HEAD = re.compile(r"^\s*Not verified against the sources\.(?: The passages that answer the question best:)?\s*")
+
+
+_QUOTE_PLACE = re.compile(r"”\s*\[\d+\]\s*\(.*\)[ \t]*$", re.M)
+
+
+def answer_body(answer: str | None) -> str:
+    """What an answer says, for matching against the gold: without its [n] markers and
+    without the "Not verified against the sources." head of an unverified answer (whose
+    body is the quoted passages) and the places of quoted passages (a page number is no
+    figure of the answer)."""
+    text = _UNVERIFIED_HEAD.sub("", answer or "")
+    text = _QUOTE_PLACE.sub("”", text)  # a quoted passage's "[n] (doc, p. 3, § 7)": where it is, not what it says
+    return strip_citations(text)
+
+
+def outcome_of(rec: dict) -> str:
+    """A record's outcome (ragkit.ask: supported | unverified | not_found); records written
+    before outcomes existed: not_found when abstained, supported when they answered,
+    "none" when they hold no answer (a question that errored, scored as a miss)."""
+    if rec.get("outcome"):
+        return str(rec["outcome"])
+    if rec.get("abstained"):
+        return "not_found"
+    return "supported" if (rec.get("answer") or "").strip() else "none"
+
+
 def squad_normalize(text: str) -> str:
     t = unicodedata.normalize("NFKC", text or "").translate(_QUOTES).lower()
     t = t.translate(_PUNCT)
@@ -358,13 +332,23 @@ def token_f1(pred: str, golds: Sequence[str]) -> float | None:
     return best
 
 
+def _has_phrase(text: str, phrase: str) -> bool:
+    """`phrase` occurs in `text` as whole words and whole numbers: "no" is not in "not",
+    "14" is not in "140" nor in "14.5"."""
+    if not phrase:
+        return False
+    return re.search(r"(?<!\w)(?<!\d[.,])" + re.escape(phrase) + r"(?!\w)(?![.,]\d)", text) is not None
+
+
 def answer_contains(pred: str, gold: str) -> bool:
-    """The normalized gold answer occurs in the normalized prediction, or the gold is a
-    number (with units/scale) that the prediction states."""
+    """The normalized gold answer occurs in the normalized prediction as whole words and
+    numbers (gold "no" does not match "The documents do not say.", gold "14" does not
+    match "140"), or the gold is a number (with units/scale) that the prediction states."""
     g, p = normalize(gold), normalize(pred)
-    if g and g in p:
+    if g and _has_phrase(p, g):
         return True
-    if g and squad_normalize(gold) and squad_normalize(gold) in squad_normalize(pred):
+    sg = squad_normalize(gold)
+    if sg and _has_phrase(squad_normalize(pred), sg):
         return True
     num = numeric_match(gold, pred)
     return bool(num)

@@ -18,10 +18,11 @@ from ragkit.errors import UsageError
 LOWER_IS_BETTER_SUFFIX = ("_s_p50", "_s_p95", "_s_mean")
 LOWER_IS_BETTER = {"prompt_tokens_mean", "prompt_tokens_p50", "prompt_tokens_p95", "completion_tokens_mean",
                    "nli_unparsed", "n_errors", "n_missing", "abstain_rate", "citations_inferred_share",
-                   "tokens_to_evidence_mean", "unsupported_claim_share"}
+                   "tokens_to_evidence_mean", "unsupported_claim_share", "wrongly_refused", "wrongly_refused_rate"}
 # properties of the set or the run, not of the system: shown, never flagged
 NOT_COMPARED = {"n_questions", "n_answered", "cached_tokens_mean", "abstain_rate", "completion_tokens_mean",
-                "nli_majority_accuracy", "claims_per_answer", "n_claims_cited_marked", "n_claims_cited_inferred"}
+                "nli_majority_accuracy", "claims_per_answer", "n_claims_cited_marked", "n_claims_cited_inferred",
+                "n_answerable", "n_supported", "n_unverified", "n_not_found", "unverified_with_evidence"}
 RATE_METRICS = ("evidence_strict", "mrr_strict", "evidence_within_1000_tokens", "evidence_within_2000_tokens",
                 "gold_figure_at_5", "evidence_in_context", "page_hit", "page_hit_at_1", "page_hit_at_3", "mrr", "doc_recall",
                 "answer_numbers_in_context", "answer_match", "token_f1", "nli_accuracy", "abstain_precision",

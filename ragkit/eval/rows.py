@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 from ragkit.config import Settings
@@ -189,6 +190,9 @@ def _width(col: str, rows: list[dict]) -> float:
     return min(max(len(col), longest) + 2, 30)
 
 
+_NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
+
+
 def write_xlsx(path: Path, columns: list[str], rows: list[dict], title: str = "rows") -> None:
     from openpyxl import Workbook
     from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
@@ -206,7 +210,8 @@ def write_xlsx(path: Path, columns: list[str], rows: list[dict], title: str = "r
     def put(r: int, c: int, v) -> None:
         cell = ws.cell(row=r, column=c)
         if isinstance(v, str):
-            v = ILLEGAL_CHARACTERS_RE.sub("", v)[:XLSX_CELL_MAX]  # control characters a PDF can hold
+            # control characters a PDF can hold, and what XML forbids besides (U+FFFE/U+FFFF, lone surrogates)
+            v = _NOT_XML.sub("", ILLEGAL_CHARACTERS_RE.sub("", v))[:XLSX_CELL_MAX]
             cell.value = v
             cell.data_type = "s"  # text, never a formula, whatever it starts with
             if is_hostile(v):

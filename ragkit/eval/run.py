@@ -173,6 +173,11 @@ class Answerer:
                 "invalid_citations": list(res.invalid_citations),
                 "claims": [c.to_json() for c in getattr(res, "claims", [])],
                 "abstain_reason": res.abstain_reason,
+                # the three outcomes (ragkit.ask), with the model's own text kept
+                "outcome": getattr(res, "outcome", None),
+                "answer_kind": getattr(res, "answer_kind", None),
+                "model_answer": getattr(res, "model_answer", None),
+                "passages": [p.to_json() for p in getattr(res, "passages", [])],
             })
             if res.choice is not None:
                 rec["prompt_tokens"] = res.choice.prompt_tokens or rec["prompt_tokens"]  # the prompt scored (clause mode: the quote)
@@ -430,15 +435,31 @@ def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float, *, retrieval
                 why.append(f"NLI {pred or 'unparsed'} != {item.label}")
         else:
             should = not item.answerable
-            row.update(should_abstain=should, abstained=bool(rec.get("abstained")))
+            outcome = M.outcome_of(rec)
+            # abstained: the documents do not say (not_found); an unverified answer is no refusal
+            row.update(should_abstain=should, abstained=outcome == "not_found", answer_outcome=outcome)
+            passages = [p.get("quote") or "" for p in rec.get("passages") or []]
+            spans = [e for e in (item.evidence_all or []) if e] or ([item.evidence] if item.evidence else [])
+            if item.answerable:
+                # the gold evidence (or a gold answer) among the passages an unverified answer shows
+                gold_shown = bool(passages) and (
+                    any(M.quote_matches_evidence(q, spans) for q in passages) if spans
+                    else bool(M.answer_match(" ".join(passages), item.answers, "any")))
+                row["unverified_with_evidence"] = outcome == "unverified" and gold_shown
+                row["wrongly_refused"] = outcome != "supported" and not row["unverified_with_evidence"]
             if item.answerable and item.answers:
-                clean = M.strip_citations(answer)
+                clean = M.answer_body(answer)
                 row["answer_match"] = M.answer_match(clean, item.answers, item.answers_mode)
                 row["token_f1"] = M.token_f1(clean, item.answers)
+                # the answer, or the quote it shows (a quoted or unverified answer), holds a gold clause
+                row["answer_or_quote_match"] = bool(row["answer_match"]) or any(
+                    M.quote_matches_evidence(q, [a for a in item.answers if len(a.split()) >= 4] + spans) for q in passages)
                 if row["answer_match"] is False:
                     why.append("answer does not match")
             if should != row["abstained"]:
                 why.append("should have abstained" if should else "abstained wrongly")
+            elif row.get("wrongly_refused"):
+                why.append(f"answerable, outcome {outcome} without the gold evidence")
         # a citation the model marked [n] is scored apart from one ragkit inferred from
         # the answer's wording (the model gave no marker): an inferred citation is never
         # counted as precise
@@ -512,6 +533,15 @@ def _agg(rows: list[dict]) -> dict:
         "abstain_precision": ab["precision"] if has_unanswerable else None,
         "abstain_recall": ab["recall"] if has_unanswerable else None,
         "abstain_rate": (ab["abstained"] / len(ab_rows)) if ab_rows else None,
+        # answerable questions not answered: outcome not supported, and not unverified with the
+        # gold evidence among its passages (ragkit.ask: the three outcomes)
+        "wrongly_refused": sum(bool(r.get("wrongly_refused")) for r in rows) if ab_rows else None,
+        "n_answerable": sum(not r["should_abstain"] for r in ab_rows) if ab_rows else None,
+        "wrongly_refused_rate": m("wrongly_refused"),
+        "unverified_with_evidence": sum(bool(r.get("unverified_with_evidence")) for r in rows) if ab_rows else None,
+        "answer_or_quote_match": m("answer_or_quote_match"),
+        **{f"n_{o}": (sum(r.get("answer_outcome") == o for r in ab_rows) if ab_rows else None)
+           for o in ("supported", "unverified", "not_found")},
         "citation_precision": m("citation_precision"),  # [n] markers the model wrote, valid ones only
         "valid_citation_rate": m("valid_citation"),  # a marked citation holds the evidence
         "citations_inferred_share": (n_inferred / (n_marked + n_inferred)) if (n_marked + n_inferred) else None,

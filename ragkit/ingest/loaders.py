@@ -292,7 +292,9 @@ def _load_pdf_pdfium(path: Path, *, max_pages: int, ocr_lang: str = "eng", table
             try:
                 t0 = time.perf_counter()
                 tp = page.get_textpage()
-                text = tp.get_text_range()
+                # pdfium writes U+FFFE for a hyphen the PDF marks as breakable ("non\ufffetransferable"
+                # in CUAD's filings): a noncharacter no reader, matcher or spreadsheet accepts
+                text = tp.get_text_range().replace("\ufffe", "-")
                 t1 = time.perf_counter()
                 found = []
                 if tables and text.strip():

@@ -53,3 +53,13 @@ def calibrate(store, embedder, doc_ids: list[str], *, all_live: bool = False, ke
             _CACHE.clear()
         _CACHE[ck] = Calibration(statistics.fmean(best), statistics.pstdev(best), len(best))
     return _CACHE[ck]
+
+
+def reranker_reason(best: float | None, floor: float | None) -> str | None:
+    """Why to abstain on the cross-encoder's evidence (ragkit.retrieve.rerank): its best score
+    over the candidates is under `floor` (retrieve.rerank_abstain_below), or None. The score
+    reads the question with each passage, so it can tell a clause that is about the question
+    from one that only shares its subject, which a best cosine cannot."""
+    if best is None or floor is None or best >= floor:
+        return None
+    return f"no source is relevant (the reranker's best score {best:.2f} is under {floor:g})"

@@ -11,11 +11,15 @@ sources in the prompt when
   (stemmed, stopwords dropped): `support` is their combination, calibrated so that one
   threshold holds for every embedder (see `_calibrated`), and
 - every figure of the claim (number, date, period, amount, percentage) occurs in that
-  sentence (`unsupported_figures`, the one check that ask, chat, compare and serve use).
+  sentence or the sentences beside it in the same source (`unsupported_figures`, read by
+  ragkit.retrieve.figures; the one check that ask, chat, compare and serve use).
 
 The citation shown is that sentence, with its document, page and section, not the whole
 chunk. A marker [n] the model wrote that points at a source which does not support its
 claim is flagged (`Claim.flagged`); a claim with no supporting sentence is unsupported.
+A capitalised name of the claim that the cited source does not hold (acronyms read both
+ways: "21 CFR" holds "Code of Federal Regulations") is a flag on the claim
+(`Claim.missing_names`), not a veto.
 """
 
 from __future__ import annotations
@@ -65,11 +69,13 @@ class Claim:
     markers: list[int] = field(default_factory=list)  # [n] the model wrote on this claim
     flagged: list[int] = field(default_factory=list)  # markers whose source does not support the claim
     missing_figures: list[str] = field(default_factory=list)  # figures no cited sentence holds
+    # capitalised names the cited source does not hold: a flag for the reader, not a veto
+    missing_names: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"text": self.text, "supported": self.supported, "citations": [c.to_json() for c in self.citations],
                 "support": round(self.support, 3), "markers": self.markers, "flagged_markers": self.flagged,
-                "missing_figures": self.missing_figures}
+                "missing_figures": self.missing_figures, "missing_names": self.missing_names}
 
 
 # ------------------------------------------------------------------ splitting
@@ -174,72 +180,39 @@ def split_claims(answer: str) -> list[tuple[str, list[int]]]:
     return out
 
 
-# ------------------------------------------------------------------ figures
-_WORD_VALUES = {w: i for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
-_WORD_VALUES.update({"thirty": 30, "forty": 40, "forty-five": 45, "sixty": 60, "ninety": 90, "hundred": 100})
-_PERIOD = re.compile(
-    r"\b(\d+|" + "|".join(sorted(_WORD_VALUES, key=len, reverse=True)) +
-    r")\s*(?:\(\s*\d+\s*\)\s*)?(?:calendar\s+|business\s+|working\s+)?(year|month|week|day|hour)s?\b", re.I)
-_MONTH = re.compile(r"\b(january|february|march|april|may|june|july|august|september|october|november|december)"
-                    r"\s+\d{1,2}\b|\b\d{1,2}\s+(january|february|march|april|may|june|july|august|september|october"
-                    r"|november|december)\b", re.I)
+# ------------------------------------------------------------------ figures and names
+# Figures are read by ragkit.retrieve.figures (text2num for spelled numbers, periods across
+# units); `unsupported_figures` is re-exported here, the one check ask, chat, compare and
+# serve use.
+from ragkit.retrieve.figures import unsupported_figures  # noqa: E402,F401
 
-
-def _periods(text: str) -> set[tuple[int, str]]:
-    """(value, unit) of every period in the text: "three (3) years" -> (3, "year")."""
-    out = set()
-    for m in _PERIOD.finditer(text):
-        v = m.group(1).lower()
-        out.add((int(v) if v.isdigit() else _WORD_VALUES[v], m.group(2).lower()))
-    return out
-
-
-def _months(text: str) -> set[str]:
-    return {(m.group(1) or m.group(2)).lower() for m in _MONTH.finditer(text)}
-
-
-def unsupported_figures(claim: str, source) -> list[str]:
-    """Figures of `claim` that `source` (a text, or sources with `.text`) does not hold: a
-    period must occur with its unit ("1 year" is not supported by a section numbered 1,
-    "three (3) years" supports "3 years"); a date's month must occur with it; other
-    numbers, amounts and percentages must occur as the same quantity ("$1.2 billion" =
-    "1,200 million"). [n] markers are not figures. This is the one check ask, chat,
-    compare and serve use: a small model fills a blank the contract leaves to its cover
-    page with a plausible period, and a reader must not take that for the contract's."""
-    from ragkit.eval.metrics import extract_numbers, same_number
-
-    if not isinstance(source, str):
-        source = " ".join(c.text for c in source)
-    text = _MARKS.sub(" ", claim)
-    have_periods = _periods(source)
-    bad = [m.group(0) for m in _PERIOD.finditer(text) if _periods(m.group(0)) - have_periods]
-    have_months = _months(source) | {w.lower() for w in re.findall(r"[A-Za-z]+", source)
-                                     if w.lower() in {"january", "february", "march", "april", "june", "july",
-                                                      "august", "september", "october", "november", "december"}}
-    bad += [m.group(0) for m in _MONTH.finditer(text) if (m.group(1) or m.group(2)).lower() not in have_months]
-    rest = _PERIOD.sub(" ", text)
-    have = extract_numbers(source)
-    for q in extract_numbers(rest):
-        if not any(same_number(q, h) for h in have):
-            bad.append(f"{q.value:g}{'%' if q.percent else ''}")
-    return list(dict.fromkeys(bad))
-
-
-_NAME = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][a-z]{2,}(?:\s+[A-Z][a-z]{2,})*")
+# a name: capitalised words, with "of", "and", "for", "the", "&" inside ("Code of Federal Regulations")
+_NAME = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][a-z]{2,}(?:(?:\s+(?:of|and|for|the|on|&))*\s+[A-Z][a-z]{2,})*")
 _NOT_NAMES = {"The", "This", "That", "These", "Those", "Each", "Either", "Neither", "Any", "All", "Such", "Its",
               "Party", "Parties", "Agreement", "Section", "Article", "Clause", "Schedule", "Exhibit", "Yes", "Not"}
+_LINKS = {"of", "and", "for", "the", "on", "&"}
+
+
+def acronym(name: str) -> str:
+    """The initials of a name's capitalised words: "Code of Federal Regulations" -> "CFR",
+    "Food and Drug Administration" -> "FDA"."""
+    return "".join(w[0] for w in name.split() if w[:1].isupper())
 
 
 def missing_names(claim: str, source: str) -> list[str]:
     """Capitalised names inside the claim ("the laws of France") that `source` does not
-    hold: a claim that swaps the place, party or body its source names is not supported,
-    however close the rest of its wording. The first word of a sentence is not a name."""
+    hold, a flag on the claim (`Claim.missing_names`), not a veto: the reader sees that
+    the name is the model's. A name whose acronym the source writes ("Code of Federal
+    Regulations" for "21 CFR 807.87") is held. The first word of a sentence is not a name."""
     low = source.lower()
-    out = []
-    for m in _NAME.finditer(_MARKS.sub(" ", claim)):
-        words = [w for w in m.group().split() if w not in _NOT_NAMES]
+    have_caps = set(re.findall(r"\b[A-Z][A-Za-z&]*[A-Z]\b", source))  # CFR, FDA, FD&C
+    out: list[str] = []
+    text = _MARKS.sub(" ", claim)
+    for m in _NAME.finditer(text):
+        name = m.group()
+        words = [w for w in name.split() if w not in _NOT_NAMES and w not in _LINKS]
+        if len([w for w in name.split() if w[:1].isupper()]) >= 2 and acronym(name) in have_caps:
+            continue  # written as its acronym in the source
         out += [w for w in words if w.lower() not in low]
     return list(dict.fromkeys(out))
 
@@ -337,6 +310,8 @@ def attribute(answer: str, contexts: list["Context"], embedder, question: str | 
         return [Claim(text=t, supported=False, markers=m, flagged=list(m)) for t, m in claims]
     names = _name_words(contexts)
     swords = [content_words(f"{s.text} {s.ctx.section or ''}") for s in sents]
+    window = [" ".join(x.text for x in sents[max(0, i - 1): i + 2] if x.ctx is s.ctx) + f" {s.ctx.section or ''}"
+              for i, s in enumerate(sents)]
     avec = _embed_docs(embedder, ANCHORS)
     prepared = []
     for text, marks in claims:
@@ -360,9 +335,9 @@ def attribute(answer: str, contexts: list["Context"], embedder, question: str | 
         if cand:
             meaning[cand] = _calibrated(np.stack([vecs[i] for i in cand]) @ q, floor)
         score = MEANING_WEIGHT * meaning + (1.0 - MEANING_WEIGHT) * lex
-        figs_ok = np.array([i in cand and not unsupported_figures(text, f"{s.text} {s.ctx.section or ''}")
-                            and not missing_names(text, f"{s.ctx.text} {s.ctx.section or ''} {s.ctx.doc}")
-                            for i, s in enumerate(sents)])
+        # a claim's figures may come from the sentence or its neighbours in the same source
+        # ("The term is two years." ... "It renews for one year.")
+        figs_ok = np.array([i in cand and not unsupported_figures(text, window[i]) for i in range(len(sents))])
         ok = (score >= SUPPORT_MIN) & figs_ok
         order = sorted(range(len(sents)), key=lambda i: -float(score[i]))
         by_src: dict[int, int] = {}  # source n -> its best supporting sentence
@@ -383,12 +358,13 @@ def attribute(answer: str, contexts: list["Context"], embedder, question: str | 
                                   support=float(score[i]), inferred=sents[i].ctx.n not in marks) for i in picks]
         best_any = order[0]
         missing: list[str] = []
+        held = picks[0] if picks else best_any
+        names = missing_names(text, f"{sents[held].ctx.text} {sents[held].ctx.section or ''} {sents[held].ctx.doc}")
         if not picks:
-            missing = unsupported_figures(text, sents[best_any].text) + missing_names(
-                text, f"{sents[best_any].ctx.text} {sents[best_any].ctx.section or ''} {sents[best_any].ctx.doc}")
+            missing = unsupported_figures(text, window[best_any])
         out.append(Claim(text=text, supported=bool(picks), citations=cites,
                          support=float(score[picks[0]] if picks else score[best_any]), markers=marks,
-                         flagged=flagged, missing_figures=missing))
+                         flagged=flagged, missing_figures=missing, missing_names=names))
     return out
 
 

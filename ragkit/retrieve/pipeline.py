@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ragkit.config import Settings
 from ragkit.errors import StoreError, UsageError
 from ragkit.retrieve.prompt import Prompt, PromptBuilder
-from ragkit.retrieve.search import hybrid_search, rerank, resolve_docs
+from ragkit.retrieve.search import hybrid_search, resolve_docs
 from ragkit.store import DocRecord, Hit
+
+if TYPE_CHECKING:
+    from ragkit.retrieve.rerank import RerankInfo
 
 
 @dataclass
@@ -26,7 +30,8 @@ class Retrieval:
     prompt: Prompt
     docs: list[DocRecord] = field(default_factory=list)  # the documents searched (named, or all)
     abstain_reason: str | None = None  # set when no source is relevant to the question
-    timings: dict[str, float] = field(default_factory=dict)  # retrieve_s, prompt_s
+    timings: dict[str, float] = field(default_factory=dict)  # retrieve_s, prompt_s (rerank_s, rerank_cpu_s when it ran)
+    rerank: "RerankInfo | None" = None  # the cross-encoder stage: backend, pool, best score, cost
 
 
 def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *, generator=None,
@@ -40,9 +45,12 @@ def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *
     tokens are set aside for it whether or not it is given, so a first question and its
     follow-ups pack the same sources (and share their KV-cached prefix)."""
     from ragkit.embed import load_embedder
+    from ragkit.retrieve.rerank import load_reranker
     from ragkit.store import open_store
 
     t0 = time.perf_counter()
+    # first: a reranker whose pinned files do not match is refused before anything loads
+    reranker = load_reranker(settings) if settings.retrieve.rerank_pool > 0 else None
     embedder = load_embedder(settings)
     store = open_store(settings, embedder, create=False)
     rs = settings.retrieve
@@ -81,9 +89,9 @@ def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *
 
             calibration = calibrate(store, embedder, sorted({d.doc_id for d in selected}), all_live=not docs,
                                     key=(str(settings.store_url or settings.store), settings.collection))
-    if rs.reranker:
-        cands = rerank(searched, cands, rs.reranker, rs.rerank_candidates)
-    cands = rank_stages(searched, qvec, cands, whole, embedder, settings)
+    notes: dict = {}
+    cands = rank_stages(searched, qvec, cands, whole, embedder, settings, reranker=reranker, notes=notes)
+    rinfo = notes.get("rerank")
     t1 = time.perf_counter()
     if generator is None:
         from ragkit.generate import load_generator
@@ -111,14 +119,24 @@ def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *
                              hint="raise generator.n_ctx, or name fewer documents per question")
     t2 = time.perf_counter()
     prompt.best_similarity = best_similarity
-    return Retrieval(question=question, prompt=prompt, docs=selected, abstain_reason=abstain_reason(prompt, settings, calibration),
-                     timings={"retrieve_s": t1 - t0, "prompt_s": t2 - t1})
+    timings = {"retrieve_s": t1 - t0, "prompt_s": t2 - t1}
+    if rinfo is not None:
+        timings.update(rerank_s=rinfo.wall_s, rerank_cpu_s=rinfo.cpu_s)
+    why = abstain_reason(prompt, settings, calibration)
+    if why is None and rinfo is not None:
+        from ragkit.retrieve.abstain import reranker_reason
+
+        why = reranker_reason(rinfo.best, rs.rerank_abstain_below)
+    return Retrieval(question=question, prompt=prompt, docs=selected, abstain_reason=why, timings=timings, rerank=rinfo)
 
 
-def rank_stages(question: str, qvec, cands: list[Hit], whole: list[Hit] | None, embedder, settings: Settings) -> list[Hit]:
+def rank_stages(question: str, qvec, cands: list[Hit], whole: list[Hit] | None, embedder, settings: Settings, *,
+                reranker=None, notes: dict | None = None) -> list[Hit]:
     """The ranking stages after hybrid search (ragkit/retrieve/rank.py): the best sentence
     or heading of each candidate (over every chunk of the named documents when they are
-    small enough), then near-duplicates dropped."""
+    small enough), then the cross-encoder over the first `rerank_pool` of that order fused
+    with it (ragkit/retrieve/rerank.py; its RerankInfo goes to `notes["rerank"]`), then the
+    opening rule, then near-duplicates dropped."""
     from ragkit.retrieve import rank
 
     rs = settings.retrieve
@@ -127,6 +145,13 @@ def rank_stages(question: str, qvec, cands: list[Hit], whole: list[Hit] | None, 
         cands = rank.unit_rank(question, qvec, cands, pool, embedder, dense_weight=rs.unit_dense_weight,
                                lexical_weight=rs.unit_lexical_weight, hybrid_weight=rs.unit_hybrid_weight,
                                heading_weight=rs.unit_heading_weight, rrf_k=rs.rrf_k)
+    if reranker is not None and cands and rs.rerank_pool > 0:
+        from ragkit.retrieve.rerank import rerank_hits
+
+        cands, info = rerank_hits(question, cands, reranker, pool=rs.rerank_pool, weight=rs.rerank_weight, k=rs.rrf_k,
+                                  budget_s=rs.rerank_budget_s, by_units=rs.rerank_units)
+        if notes is not None:
+            notes["rerank"] = info
     if rs.opening_first and whole is not None:
         cands = rank.opening_first(question, cands, whole)
     if rs.dedupe > 0:

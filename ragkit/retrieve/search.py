@@ -123,21 +123,17 @@ _RERANKERS: dict[str, object] = {}
 
 
 def rerank(query: str, hits: list[Hit], model_path: str, top: int) -> list[Hit]:
-    """Reorder the first `top` hits with a local sentence-transformers CrossEncoder."""
-    from ragkit.errors import ConfigError
+    """Reorder the first `top` hits by a local sentence-transformers CrossEncoder's scores
+    alone (the pipeline's stage fuses them with the ranking instead: ragkit.retrieve.rerank)."""
+    from ragkit.retrieve.rerank import SentenceTransformersCrossEncoder
 
     if model_path not in _RERANKERS:
-        p = Path(model_path).expanduser()
-        if not p.exists():
-            raise ConfigError(f"reranker model not found at {p}", hint="retrieve.reranker must be a local CrossEncoder folder")
-        from sentence_transformers import CrossEncoder
-
-        _RERANKERS[model_path] = CrossEncoder(str(p), device="cpu", local_files_only=True)
+        _RERANKERS[model_path] = SentenceTransformersCrossEncoder(Path(model_path))
     model = _RERANKERS[model_path]
     head, tail = hits[:top], hits[top:]
     if not head:
         return hits
-    scores = model.predict([(query, h.text) for h in head], show_progress_bar=False)
+    scores = model.score(query, [h.text for h in head])
     order = sorted(range(len(head)), key=lambda i: -float(scores[i]))
     reranked = [Hit(id=head[i].id, text=head[i].text, meta=head[i].meta, score=float(scores[i])) for i in order]
     return reranked + tail

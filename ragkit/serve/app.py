@@ -414,14 +414,32 @@ def claims_json(result) -> list[dict]:
     return [c.to_json() for c in getattr(result, "claims", [])]
 
 
-UNSUPPORTED_NOTE = "\n\n(No claim of this answer is supported by the sources.) The documents do not say."
+def content_text(result, show_model: bool = True) -> str:
+    """The message content: the answer as `ragkit.ask.display_text` reads it (an unverified
+    answer: the model's text, marked, then "Not verified against the sources." and the
+    passages; never "The documents do not say." for what the documents say), then the
+    "Sources:" list. A stream's text pieces are its beginning and the stream ends on the
+    same content (`ragkit.ask.StreamGate`)."""
+    from ragkit.ask import display_text
+
+    return display_text(result, show_model=show_model) + sources_text(result)
 
 
-def ragkit_json(result) -> dict:
+def ragkit_json(result, show_model: bool = True) -> dict:
+    """The `ragkit` object of an answer (non-streamed) or of a stream's final chunk: the
+    outcome ("supported" | "unverified" | "not_found"), the passages shown for an
+    unverified or quoted answer, the model's own text (unless `retrieve.show_unverified`
+    is off), and, for compatibility, `abstained` (true for not_found only)."""
+    model = getattr(result, "model_answer", None)
     return {
+        "outcome": getattr(result, "outcome", "not_found" if result.abstained else "supported"),
+        "answer_kind": getattr(result, "answer_kind", "generated"),
+        "passages": [p.to_json() for p in getattr(result, "passages", [])],
+        "model_answer": model if show_model else None,
+        "unverified_reason": getattr(result, "unverified_reason", None),
         "abstained": result.abstained,
         "abstain_reason": result.abstain_reason,
-        "unsupported_answer": getattr(result, "unsupported_answer", None),
+        "unsupported_answer": getattr(result, "unsupported_answer", None) if show_model else None,
         "invalid_citations": list(result.invalid_citations),
         "mode": result.prompt.mode,
         "contexts": [{"n": c.n, "doc": c.doc, "doc_id": c.doc_id, "page": c.page_start, "page_end": c.page_end,
@@ -702,14 +720,15 @@ def create_app(settings: Settings, *, token: str | None = None, max_queue: int =
             return error_for(ev[1]).response()
         result = ev[1]
         by_n = {c.n: c for c in result.prompt.contexts}
+        show = settings.retrieve.show_unverified
         return {
             "id": rid, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer + sources_text(result)},
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content_text(result, show)},
                          "finish_reason": finish_reason(result), "logprobs": None}],
             "usage": usage_json(result),
             "citations": [citation_json(c, by_n) for c in result.citations],
             "claims": claims_json(result),
-            "ragkit": ragkit_json(result),
+            "ragkit": ragkit_json(result, show),
         }
 
     async def sse(events: Events, ev, rid: str, created: int, model: str, include_usage: bool, job: Job):
@@ -721,29 +740,30 @@ def create_app(settings: Settings, *, token: str | None = None, max_queue: int =
                 obj.setdefault("usage", None)
             return "data: " + json.dumps(obj, ensure_ascii=False) + "\n\n"
 
+        from ragkit.ask import StreamGate
+
         finished = False
-        started = False  # leading whitespace of the answer is dropped, as the answer is stripped
+        show = settings.retrieve.show_unverified
+        # the text is shown as it comes, less what may be the abstention sentence (shown only
+        # once the sources say so) and, with show_unverified off, nothing before the check:
+        # the stream ends on the content a non-streamed answer has
+        gate = StreamGate(hold_all=not show)
         try:
             yield chunk({"role": "assistant", "content": ""})
             while ev is not None:
                 kind, value = ev
                 if kind == "text":
-                    if not started:
-                        value = value.lstrip()
-                        started = bool(value)
+                    value = gate.feed(value)
                     if value:
                         yield chunk({"content": value})
                 elif kind == "done":
                     result = value
-                    if getattr(result, "unsupported_answer", None):
-                        # the streamed text made claims no source supports: say so after it
-                        yield chunk({"content": UNSUPPORTED_NOTE})
-                    tail = sources_text(result)
+                    tail = gate.finish(content_text(result, show))
                     if tail:
                         yield chunk({"content": tail})
                     by_n = {c.n: c for c in result.prompt.contexts}
                     yield chunk({}, finish_reason(result), citations=[citation_json(c, by_n) for c in result.citations],
-                                claims=claims_json(result), ragkit=ragkit_json(result))
+                                claims=claims_json(result), ragkit=ragkit_json(result, show))
                     if include_usage:
                         yield "data: " + json.dumps({**base, "choices": [], "usage": usage_json(result)}) + "\n\n"
                     yield "data: [DONE]\n\n"

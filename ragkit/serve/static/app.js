@@ -253,7 +253,10 @@ function renderWarnings(meta, citations, claims) {
   if (unsupported && !(meta && meta.unsupported_answer)) {
     msgs.push(`${unsupported} of ${claims.length} claims are not supported by any source sentence (marked below): do not rely on them.`);
   }
-  if (meta && meta.abstained) {
+  if (meta && meta.outcome === "unverified") {
+    msgs.push("Not verified against the sources" + (meta.unverified_reason ? ` (${meta.unverified_reason})` : "") +
+      ": the passages below are the documents' own words" + (meta.model_answer ? "; the model's answer is shown apart, marked as not verified." : "."));
+  } else if (meta && (meta.outcome === "not_found" || (!meta.outcome && meta.abstained))) {
     msgs.push("The documents do not answer this question" + (meta.abstain_reason ? ` (${meta.abstain_reason})` : "") + ".");
   }
   if (meta && meta.invalid_citations && meta.invalid_citations.length) {
@@ -264,6 +267,42 @@ function renderWarnings(meta, citations, claims) {
   }
   box.replaceChildren(...msgs.map((m) => el("p", { text: m })));
   box.hidden = msgs.length === 0;
+}
+
+function renderOutcome(meta) {
+  // the end state of an answer (the final chunk's `ragkit` object): an unverified answer
+  // shows "Not verified against the sources" and the passages that answer the question
+  // best, each opening its page; the model's own text only in a block marked unverified;
+  // a quoted answer (a question asking for the clause) lists its quotes the same way
+  let box = $("passages-box");
+  if (!box) {
+    box = el("div", { id: "passages-box" });
+    $("answer").after(box);
+  }
+  box.replaceChildren();
+  if (!meta) return;
+  const passages = meta.passages || [];
+  if (meta.outcome === "unverified") {
+    const head = [el("p", { class: "outcome unverified", "data-outcome": "unverified" }, el("strong", { text: "Not verified against the sources." }))];
+    if (meta.model_answer && !/the documents do not say/i.test(meta.model_answer)) {
+      head.push(el("div", { class: "claim unsupported model-answer" },
+        el("span", { class: "badge", text: "the model's answer, not verified" }), el("span", { class: "claim-text", text: " " + meta.model_answer })));
+    }
+    $("answer").replaceChildren(...head);
+  } else if (meta.outcome === "supported" && meta.answer_kind === "quoted") {
+    $("answer").replaceChildren(el("p", { class: "outcome quoted", "data-outcome": "supported", text: "Quoted from the documents:" }));
+  } else {
+    return;
+  }
+  if (!passages.length) return;
+  const list = el("ol", { id: "passages", class: "claims", "aria-label": "The passages that answer the question best" });
+  for (const p of passages) {
+    const where = `[${p.n}] ${p.doc}${locText(p.page, p.section) ? " · " + locText(p.page, p.section) : ""}`;
+    const link = el("button", { type: "button", class: "link where", text: where });
+    link.addEventListener("click", () => openViewer({ doc_id: p.doc_id, doc: p.doc, page: p.page, section: p.section, quote: p.quote }));
+    list.append(el("li", { class: "claim supported passage" }, el("blockquote", {}, el("span", { text: "“" + p.quote + "” " }), link)));
+  }
+  box.append(el("h3", { text: meta.outcome === "unverified" ? "The passages that answer the question best" : "Passages" }), list);
 }
 
 function renderClaims(claims) {
@@ -323,6 +362,7 @@ async function ask(question) {
   renderChips([]);
   renderClaims([]);
   renderWarnings(null, null);
+  renderOutcome(null);
   $("answer").textContent = "…";
   const body = { model: "ragkit", messages: [{ role: "user", content: question }], stream: true };
   if (state.checked.size) body.docs = [...state.checked];
@@ -365,6 +405,7 @@ async function ask(question) {
     renderClaims(claims);
     renderWarnings(meta, citations, claims);
     if (!text) $("answer").textContent = "(no answer)";
+    renderOutcome(meta);
   } catch (e) {
     if (e.name === "AbortError") renderAnswer(text + (text ? "\n\n" : "") + "[stopped]");
     else {
