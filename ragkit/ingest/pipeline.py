@@ -75,7 +75,8 @@ def chunking_key(settings: Settings, embedder: Embedder) -> str:
     """What decides the chunks of a file besides its bytes (the settings `chunk_file` reads)."""
     i = settings.ingest
     max_tokens = min(i.chunk_tokens or embedder.max_tokens, embedder.max_tokens)
-    return (f"v1|{i.pdf_engine}|{max_tokens}|{i.min_chunk_tokens}|{i.max_pages}|{i.ocr_lang}|{i.tables}|"
+    # v2: pdfium's U+FFFE read as a hyphen (ragkit/ingest/loaders.py): a PDF ingested before is re-read
+    return (f"v2|{i.pdf_engine}|{max_tokens}|{i.min_chunk_tokens}|{i.max_pages}|{i.ocr_lang}|{i.tables}|"
             f"{embedder.name}")
 
 
