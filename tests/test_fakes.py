@@ -137,3 +137,19 @@ def test_compare_reads_the_label_from_a_short_answer_on_the_fakes(fake):
     SCRIPT["answer"] = "No."
     f2 = compare([BONTERMS], fake, items=["nda-12"]).rows[0].findings[BONTERMS]
     assert f2.label == "No" and f2.confidence is None and f2.quote == f.quote, f2.to_json()  # the quote is not the model's
+
+
+def test_the_cli_shows_a_name_the_source_lacks_as_a_flag(fake):
+    """`ragkit ask` in a terminal, on the fakes: a claim that names what its sentence does not
+    ("Delaware") keeps its support and shows the flag (a flag, not a veto: issue 23)."""
+    from typer.testing import CliRunner
+
+    from ragkit.cli import app
+
+    SCRIPT["answer"] = RETAIN + " in Delaware."
+    env = {"RAGKIT_EMBED__BACKEND": "hash", "RAGKIT_GENERATOR__BACKEND": "function",
+           "RAGKIT_GENERATOR__MODEL": "test_fakes:scripted", "RAGKIT_RETRIEVE__RERANK": "off",
+           "RAGKIT_GENERATOR__N_CTX": "4096", "COLUMNS": "200"}
+    res = CliRunner().invoke(app, ["ask", BACKUP, "--store", str(fake.store), "--doc", BONTERMS], env=env)
+    assert res.exit_code == 0, res.output
+    assert "names what its source does not: Delaware" in res.output and "do not say" not in res.output

@@ -322,6 +322,9 @@ function renderClaims(claims) {
     if (c.missing_figures && c.missing_figures.length) {
       li.append(el("span", { class: "where", text: " (not in the sources: " + c.missing_figures.join(", ") + ")" }));
     }
+    if (c.missing_names && c.missing_names.length) {
+      li.append(el("span", { class: "where", text: " (names what its source does not: " + c.missing_names.join(", ") + ")" }));
+    }
     for (const s of c.citations || []) {
       const where = `[${s.n}] ${s.doc}${locText(s.page, s.section) ? " · " + locText(s.page, s.section) : ""}${s.inferred ? " (inferred)" : ""}`;
       const link = el("button", { type: "button", class: "link where", text: where });
