@@ -191,3 +191,48 @@ def unsupported_figures(claim: str, source) -> list[str]:
 
 
 __all__ = ["Quantity", "digits", "extract_numbers", "periods", "same_number", "unsupported_figures"]
+
+
+# ---------------------------------------------------------------------- the figure a question asks for
+
+# A question that asks for a figure of one kind ("What is the dollar amount of ...?", "How
+# long ...?", "What percentage ...?", "On what date ...?") cannot be answered by sources
+# that hold no figure of that kind: that is evidence the documents lack the answer
+# (ragkit.ask.check_outcome: not_found rather than unverified, when the model's answer is
+# not supported). Only the explicit forms: "When responding ..., are ...?" asks for no date.
+_ASKS = (
+    ("money", re.compile(r"\b(?:dollar\s+(?:amount|value|figure)|how\s+much\s+(?:money|is|was|does|did|will|are|were)|"
+                         r"(?:what|which)\s+(?:is|was|are|were)\s+the\s+(?:price|cost|amount\s+of\s+the\s+\w+\s+fee|fee\s+amount))\b",
+                         re.I)),
+    ("percent", re.compile(r"\b(?:what|which)\s+(?:percent|percentage)\b|\bhow\s+many\s+percent\b", re.I)),
+    ("period", re.compile(r"\bhow\s+long\b|\bhow\s+many\s+(?:calendar\s+|business\s+)?(?:days|weeks|months|years)\b|"
+                          r"\b(?:for|within)\s+what\s+(?:period|time)\b", re.I)),
+    ("date", re.compile(r"\b(?:on|from|by|as\s+of)?\s*what\s+date\b|^\s*when\s+(?:is|was|were|did|does|do|will|shall|must)\b",
+                        re.I)),
+)
+_MONEY = re.compile(r"[$€£¥]\s*\d|\b\d[\d,.]*\s*(?:dollars|usd|eur|euros|pounds)\b|\b(?:US\$|USD|EUR|GBP)\s*\d", re.I)
+_PERCENT = re.compile(r"\d\s*(?:%|percent\b|per\s+cent\b)|\b(?:percent|per\s+cent)\b", re.I)
+_DATE = re.compile(r"\b(?:19|20)\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b")
+
+
+def asked_figure(question: str) -> str | None:
+    """The kind of figure the question asks for ("money", "percent", "period", "date"), or None."""
+    for kind, pat in _ASKS:
+        if pat.search(question or ""):
+            return kind
+    return None
+
+
+def holds_figure(text: str, kind: str) -> bool:
+    """Whether the text names a figure of that kind at all (any value: whether it is the
+    right one is the claim check's business)."""
+    t = unicodedata.normalize("NFKC", text or "").translate(_QUOTES)
+    if kind == "money":
+        return bool(_MONEY.search(t))
+    if kind == "percent":
+        return bool(_PERCENT.search(t))
+    if kind == "period":
+        return bool(periods(t))
+    if kind == "date":
+        return bool(_DATE.search(t) or _MONTH.search(t))
+    return True
