@@ -112,7 +112,8 @@ class AskResult:
         }
 
 
-def _load_checked(settings: Settings):
+def load_checked_generator(settings: Settings):
+    """The generator of the settings, after `doctor`'s fit check where a plan could thrash the disk."""
     if settings.generator.backend == "llama_cpp" and (
         settings.profile == "kimi-k2" or settings.generator.tensor_overrides or settings.generator.n_gpu_layers
     ):
@@ -144,7 +145,7 @@ def ask(
     answer below `generator.max_tokens` (the prompt budget stays that of the settings, so
     the cached prefix does not change). `generator`: an already loaded one to use."""
     if generator is None and not dry_run:
-        generator = _load_checked(settings)
+        generator = load_checked_generator(settings)
     t0 = time.perf_counter()
     r = retrieve(question, settings, docs, generator=generator, context=context, context_reserve=context_reserve)
     result = AskResult.from_retrieval(r)
@@ -414,7 +415,7 @@ def ask_choice(
     `narrow(prompt, generator)`, when given, turns the retrieval prompt into the one the
     options are scored on (compare: the quoted clause alone); `result.prompt` stays the
     retrieval prompt, the tokens and cache figures are the scored prompt's."""
-    generator = _load_checked(settings)
+    generator = load_checked_generator(settings)
     t0 = time.perf_counter()
     r = retrieve(question, settings, docs, generator=generator)
     result = AskResult.from_retrieval(r)

@@ -29,7 +29,7 @@ INFERRED_NOTE = " [dim](inferred: matched by wording, the model gave no marker)[
 
 ProfileOpt = typer.Option(None, "--profile", help="settings profile: laptop (default) or kimi-k2")
 
-def _settings(store: Optional[Path], profile: Optional[str] = None, **extra: Any):
+def settings_for(store: Optional[Path], profile: Optional[str] = None, **extra: Any):
     from ragkit.config import load_settings
 
     overrides: dict[str, Any] = dict(extra)
@@ -40,14 +40,14 @@ def _settings(store: Optional[Path], profile: Optional[str] = None, **extra: Any
     return load_settings(**overrides)
 
 
-def _fail(exc: RagkitError, as_json: bool) -> None:
+def fail(exc: RagkitError, as_json: bool) -> None:
     if as_json:
         print(json.dumps({"error": str(exc), "exit_code": exc.exit_code}))
     err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True) if not as_json else None
     raise typer.Exit(exc.exit_code)
 
 
-def _print_json(obj: Any) -> None:
+def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
     sys.stdout.flush()
 
@@ -58,7 +58,11 @@ def command_errors(as_json: bool, interrupted: str = "interrupted"):
     try:
         yield
     except RagkitError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     except KeyboardInterrupt:
         err.print(interrupted)
         raise typer.Exit(130)
+
+
+# the names before they were public (scripts and modules written against them keep working)
+_settings, _fail, _print_json = settings_for, fail, print_json

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ragkit.commands._common import INFERRED_NOTE, JsonOpt, ProfileOpt, StoreOpt, _print_json, command_errors, _settings, err, out
+from ragkit.commands._common import INFERRED_NOTE, JsonOpt, ProfileOpt, StoreOpt, print_json, command_errors, settings_for, err, out
 
 
 def print_claims(result, model_shown: bool = True) -> None:
@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
         from ragkit.retrieve.prompt import format_location
 
         with command_errors(as_json):
-            settings = _settings(store, profile)
+            settings = settings_for(store, profile)
             from ragkit.ask import StreamGate, display_text
 
             live = settings.retrieve.show_unverified  # else the answer is printed once it is checked
@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
             result = run_ask(question, settings, doc, dry_run=dry_run, on_text=on_text)
         if dry_run:
             if as_json:
-                _print_json(result.dry_run_json())
+                print_json(result.dry_run_json())
             else:
                 sys.stdout.write(result.prompt.text + "\n")
                 p = result.prompt
@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
                 )
             return
         if as_json:
-            _print_json(result.to_json())
+            print_json(result.to_json())
             return
         sys.stdout.write(gate.finish(display_text(result, show_model=live)))  # the rest, once checked
         sys.stdout.write("\n\n")

@@ -44,13 +44,13 @@ def register(app: typer.Typer) -> None:
         """Answer questions one after another (stdin, one a line; /exit ends), keeping the model and its
         KV cache loaded, so follow-ups on the same documents skip the prefill of the documents."""
         from ragkit.chat import ChatSession
-        from ragkit.commands._common import INFERRED_NOTE, _settings, command_errors, err, out
+        from ragkit.commands._common import INFERRED_NOTE, settings_for, command_errors, err, out
         from ragkit.commands.ask import print_claims
         from ragkit.retrieve.prompt import format_location
 
         interactive = questions is None and sys.stdin.isatty()
         with command_errors(as_json):
-            settings = _settings(store, profile)
+            settings = settings_for(store, profile)
             session = ChatSession(settings, doc, state_dir=state_dir)
             if interactive:
                 err.print("[dim]ask a question (empty line skipped, /exit or Ctrl-D ends)[/]")

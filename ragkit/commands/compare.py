@@ -27,18 +27,18 @@ def register(app: typer.Typer) -> None:
         from rich.markup import escape
         from rich.table import Table
 
-        from ragkit.commands._common import _fail, _settings
+        from ragkit.commands._common import fail, settings_for
         from ragkit.compare import _conf, compare as run_compare, claim_support, cost_line, missing, to_html, to_markdown
         from ragkit.errors import RagkitError, UsageError
         from ragkit.retrieve.prompt import format_location
 
         err = Console(stderr=True)
         if fmt not in ("table", "md", "html", "docx"):
-            _fail(__import__("ragkit.errors").errors.UsageError("--format must be table, md, html or docx"), as_json)
+            fail(__import__("ragkit.errors").errors.UsageError("--format must be table, md, html or docx"), as_json)
         if fmt == "docx" and out_file is None and not as_json:  # a Word file is binary: never on stdout
-            _fail(UsageError("--format docx needs --out FILE.docx (a Word file is not written to the terminal)"), as_json)
+            fail(UsageError("--format docx needs --out FILE.docx (a Word file is not written to the terminal)"), as_json)
         try:
-            settings = _settings(store, profile)
+            settings = settings_for(store, profile)
             result = run_compare(
                 docs, settings, checklist, items=[i.strip() for i in items.split(",")] if items else None,
                 on_progress=lambda d, i: err.print(f"  {d}: {i}", highlight=False) if not as_json else None,
@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
             recs = resolve_docs(open_store(settings, load_embedder(settings), create=False).documents(), docs)
             paths = {d: r.path for d, r in zip(docs, recs)}
         except RagkitError as exc:
-            _fail(exc, as_json)
+            fail(exc, as_json)
             return
         if as_json:
             sys.stdout.write(json.dumps(result.to_json(), ensure_ascii=False, indent=2) + "\n")
@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
             try:
                 to_docx(result, out_file)
             except OSError as exc:
-                _fail(UsageError(f"cannot write {out_file}: {exc.strerror or exc}"), as_json)
+                fail(UsageError(f"cannot write {out_file}: {exc.strerror or exc}"), as_json)
             err.print(f"wrote {out_file}")
             return
         if fmt in ("md", "html"):

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from ragkit.commands._common import JsonOpt, StoreOpt, _fail, _print_json, _settings, err, out
+from ragkit.commands._common import JsonOpt, StoreOpt, fail, print_json, settings_for, err, out
 from ragkit.errors import RagkitError
 
 
@@ -32,14 +32,14 @@ def docs_list(
     from ragkit.store import open_store
 
     try:
-        settings = _settings(store)
+        settings = settings_for(store)
         st = open_store(settings, load_embedder(settings), create=False)
         records = st.documents()
     except RagkitError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
         return
     if as_json:
-        _print_json([
+        print_json([
             {"name": r.name, "path": r.path, "doc_id": r.doc_id, "sections": r.n_sections, "chunks": r.n_chunks,
              "pages": r.n_pages, "sha256": r.sha256}
             for r in records
@@ -64,7 +64,7 @@ def docs_rm(
     from ragkit.store import StoreWriter
 
     try:
-        settings = _settings(store)
+        settings = settings_for(store)
         embedder = load_embedder(settings)
         with StoreWriter(settings) as writer:
             st = open_store(settings, embedder, create=False)
@@ -75,10 +75,10 @@ def docs_rm(
 
             sync_lexical_index(st, settings)
     except RagkitError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
         return
     if as_json:
-        _print_json({"removed": [r.name for r in removed if r]})
+        print_json({"removed": [r.name for r in removed if r]})
     else:
         for r in removed:
             if r:

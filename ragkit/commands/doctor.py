@@ -18,7 +18,7 @@ def _human(n: float | None) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    from ragkit.commands._common import JsonOpt, ProfileOpt, _fail, _print_json, _settings, err, out
+    from ragkit.commands._common import JsonOpt, ProfileOpt, fail, print_json, settings_for, err, out
 
     @app.command()
     def doctor(
@@ -44,15 +44,15 @@ def register(app: typer.Typer) -> None:
             return
 
         try:
-            settings = _settings(None, profile)
+            settings = settings_for(None, profile)
             plan = diagnose(settings, model)
         except RagkitError as exc:
-            _fail(exc, as_json)
+            fail(exc, as_json)
             return
         # README: exit 3 for "a plan that does not fit this machine", as `ask` exits on DoesNotFit
         code = DoesNotFit.exit_code if plan.fits is False else 0
         if as_json:
-            _print_json(plan.to_json())
+            print_json(plan.to_json())
             raise typer.Exit(code)
         m, kv, s, h = plan.model, plan.kv_cache, plan.settings, plan.host
         out.print(f"[bold]model[/]  {Path(m['path']).name}  ({m['arch']}, {len(m['shards'])} file(s), {_human(m['file_bytes'])})", highlight=False)
@@ -87,15 +87,15 @@ def register(app: typer.Typer) -> None:
 def _simulate(profile, quant, shards, lengths, validate, clean, as_json) -> None:
     import tempfile
 
-    from ragkit.commands._common import _fail, _print_json, _settings, err, out
+    from ragkit.commands._common import fail, print_json, settings_for, err, out
     from ragkit.errors import RagkitError, UsageError
     from ragkit.doctor import simulate as sim
 
     try:
-        settings = _settings(None, profile)
+        settings = settings_for(None, profile)
         if clean:
             freed = sim.clean(settings)
-            _print_json({"removed_bytes": freed}) if as_json else err.print(f"removed {_human(freed)} of slices from {sim.slice_dir(settings)}", highlight=False)
+            print_json({"removed_bytes": freed}) if as_json else err.print(f"removed {_human(freed)} of slices from {sim.slice_dir(settings)}", highlight=False)
             return
         try:
             lens = [int(x) for x in lengths.split(",")] if lengths else None
@@ -111,10 +111,10 @@ def _simulate(profile, quant, shards, lengths, validate, clean, as_json) -> None
             with tempfile.TemporaryDirectory(dir=sim.slice_dir(settings)) as tmp:
                 check = sim.validate(settings, Path(tmp))
     except RagkitError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
         return
     if as_json:
-        _print_json({**result.to_json(), "validation": check})
+        print_json({**result.to_json(), "validation": check})
         return
     pj, ms = result.projection, result.measured
     out.print(f"[bold]Kimi K2 {result.quant}[/] on this machine (type mix: {result.mix_source}); "

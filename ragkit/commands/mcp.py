@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from ragkit.commands._common import JsonOpt, ProfileOpt, StoreOpt, _fail, _settings, err
+from ragkit.commands._common import JsonOpt, ProfileOpt, StoreOpt, fail, settings_for, err
 from ragkit.errors import RagkitError, UsageError
 
 
@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         from ragkit.commands.serve import bind_socket, check_bind
 
         try:
-            settings = _settings(store, profile)
+            settings = settings_for(store, profile)
             sock = None
             host_ = token_ = None
             if http:
@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
         except RagkitError as exc:
             if sock is not None:
                 sock.close()
-            _fail(exc, as_json)
+            fail(exc, as_json)
             return
         try:
             if http:

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from ragkit.commands._common import JsonOpt, ProfileOpt, StoreOpt, _fail, _settings, err
+from ragkit.commands._common import JsonOpt, ProfileOpt, StoreOpt, fail, settings_for, err
 from ragkit.errors import RagkitError, UsageError
 
 
@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the documents over an OpenAI-compatible API (/v1/chat/completions, /v1/models)."""
         try:
-            settings = _settings(store, profile)
+            settings = settings_for(store, profile)
             sv = settings.serve
             host_ = host if host is not None else sv.host
             port_ = port if port is not None else sv.port
@@ -105,7 +105,7 @@ def register(app: typer.Typer) -> None:
                           "(`ragkit ingest PATH`); questions answer 503 until then", highlight=False)
             n_docs = len(state.documents())  # an unreadable store: exit 4 now, not 503 later
         except RagkitError as exc:
-            _fail(exc, as_json)
+            fail(exc, as_json)
             return
         bound_port = sock.getsockname()[1]
         url = url_of(host_, bound_port)

@@ -276,7 +276,7 @@ def _to_pixels(page, box: tuple[float, float, float, float], width: int, height:
     return (x0, y0, x1, y1)
 
 
-def _open(pdf: str | Path | bytes):
+def open_pdf(pdf: str | Path | bytes):
     import pypdfium2 as pdfium
 
     return pdfium.PdfDocument(pdf if isinstance(pdf, bytes) else str(pdf))
@@ -342,7 +342,7 @@ def pdf_page_png(pdf_path: str | Path | bytes, page_number: int, quote: str | No
         raise ValueError(f"scale {scale} is outside 0.1-6")
     img = None
     with PDFIUM_LOCK:
-        doc = _open(pdf_path)
+        doc = open_pdf(pdf_path)
         try:
             n = len(doc)
             if not 1 <= page_number <= n:
@@ -386,7 +386,7 @@ def pdf_page_png(pdf_path: str | Path | bytes, page_number: int, quote: str | No
 
 def pdf_page_count(pdf: str | Path | bytes) -> int:
     with PDFIUM_LOCK:
-        doc = _open(pdf)
+        doc = open_pdf(pdf)
         try:
             return len(doc)
         finally:

@@ -114,7 +114,7 @@ def stored_pdf_pages(sources: list[tuple[str, str, str]], pages: list[int] | Non
     sha256, name: the store records of one document id) whose file still holds the
     ingested content; `pages` None: every page. Raises SourceUnavailable (file gone or
     changed) or PageOutOfRange. Runs in the page renderer process."""
-    from ragkit.serve.highlight import PDFIUM_LOCK, PageOutOfRange, SourceUnavailable, _open, read_verified
+    from ragkit.serve.highlight import PDFIUM_LOCK, PageOutOfRange, SourceUnavailable, open_pdf, read_verified
 
     first: SourceUnavailable | None = None
     for path, sha256, name in sources:
@@ -124,7 +124,7 @@ def stored_pdf_pages(sources: list[tuple[str, str, str]], pages: list[int] | Non
             first = first or exc
             continue
         with PDFIUM_LOCK:
-            doc = _open(data)
+            doc = open_pdf(data)
             try:
                 total = len(doc)
                 wanted = list(range(1, total + 1)) if pages is None else pages
@@ -296,9 +296,9 @@ class RagkitTools:
         """Exactly `ragkit compare --json`'s object (`Comparison.to_json()`) for a
         built-in checklist over 2+ documents; `on_progress(done, total, "doc: item")`."""
         from ragkit.compare import compare as run_compare
-        from ragkit.serve.web import _checklists
+        from ragkit.serve.web import builtin_checklists
 
-        lists = _checklists()
+        lists = builtin_checklists()
         if checklist not in lists:  # names only: a path here would read any TOML file
             raise UsageError(f"unknown checklist {checklist!r}", hint=f"built in: {', '.join(lists)}")
         known = [i.id for i in lists[checklist]]
@@ -352,7 +352,7 @@ class RagkitTools:
 
     def _stored_text(self, rec) -> str:
         """A document's text from the store's chunks, section by section."""
-        from ragkit.serve.web import _section_text
+        from ragkit.serve.web import section_text
 
         runs: list[tuple[str, list]] = []
         for h in self.state.store().chunks([rec.doc_id]):
@@ -361,7 +361,7 @@ class RagkitTools:
                 runs[-1][1].append(h)
             else:
                 runs.append((path, [h]))
-        return "\n\n".join((f"§ {path}\n\n" if path else "") + _section_text(hits) for path, hits in runs)
+        return "\n\n".join((f"§ {path}\n\n" if path else "") + section_text(hits) for path, hits in runs)
 
     def page_text(self, doc_id: str, n: str | int) -> str:
         """The text of page `n` of a document (a PDF's text layer, from its verified file);

@@ -84,9 +84,9 @@ class ServeState:
 
                 self.embedder = load_embedder(self.settings)
             if self.generator is None:
-                from ragkit.ask import _load_checked
+                from ragkit.ask import load_checked_generator
 
-                self.generator = _load_checked(self.settings)
+                self.generator = load_checked_generator(self.settings)
 
     @property
     def loaded(self) -> bool:

@@ -359,7 +359,7 @@ def page_boxes(request: Request, doc_id: str, n: int, quote: str | None = Query(
     return {**img.to_json(), "doc_id": rec.doc_id, "doc": rec.name}
 
 
-def _section_text(hits: list) -> str:
+def section_text(hits: list) -> str:
     """The stored text of consecutive chunks of one section, as one text (chunks of one
     block are joined by a space, blocks by a blank line; ragkit.ingest.sections)."""
     out = ""
@@ -410,7 +410,7 @@ def section(request: Request, doc_id: str, chunk: int | None = Query(None, ge=0)
     while hi + 1 < len(hits) and (hits[hi + 1].meta.get("section") or "") == name:
         hi += 1
     run = hits[lo: hi + 1]
-    text = _section_text(run)
+    text = section_text(run)
     pages = [int(h.meta[k]) for h in run for k in ("page_start", "page_end") if h.meta.get(k) is not None]
     marked = text_section_html(text, quote)
     return {"doc_id": rec.doc_id, "doc": rec.name, "kind": kind_of(rec.name), "section": name or None,
@@ -651,7 +651,7 @@ def _refresh_state(web: WebState) -> None:
 
 # ---------------------------------------------------------------- compare
 
-def _checklists() -> dict[str, list]:
+def builtin_checklists() -> dict[str, list]:
     from ragkit.compare import load_checklist
     from ragkit.paths import prompts_dir
 
@@ -668,7 +668,7 @@ def _checklists() -> dict[str, list]:
 def checklists() -> list[dict]:
     return [{"name": name, "items": [{"id": i.id, "title": i.title, "question": i.question,
                                       "kind": "yes/no" if i.hypothesis is not None else "text"} for i in items]}
-            for name, items in _checklists().items()]
+            for name, items in builtin_checklists().items()]
 
 
 class CompareBody(BaseModel):
@@ -685,7 +685,7 @@ async def compare(request: Request, body: CompareBody, wait: bool = False) -> JS
     from ragkit.retrieve.search import resolve_docs
 
     web = _web(request)
-    lists = await run_in_threadpool(_checklists)
+    lists = await run_in_threadpool(builtin_checklists)
     if body.checklist not in lists:  # names only: a path here would read any TOML file
         raise HTTPException(400, f"unknown checklist {body.checklist!r}; built in: {', '.join(lists)}")
     items = lists[body.checklist]
