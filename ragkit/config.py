@@ -268,6 +268,15 @@ class ServeSettings(BaseModel):
     )
 
 
+class ClusterSettings(BaseModel):
+    """`ingest --cluster`: the Ray cluster that parses and embeds (ragkit.cluster)."""
+
+    address: str | None = Field(None, description="Ray cluster address (host:port of its head, or ray://host:port); "
+                                "\"auto\" = the cluster running on this machine; None = no cluster (the local pipeline)")
+    embedders: int = Field(0, ge=0, description="embedder actors (one model load each); 0 = one per alive node")
+    connect_timeout_s: float = Field(5.0, gt=0, description="seconds to reach the cluster's head before giving up")
+
+
 # Profiles set generator defaults for a kind of machine. Values the user sets in
 # ragkit.toml or the environment win over the profile.
 PROFILES: dict[str, dict[str, Any]] = {
@@ -312,6 +321,7 @@ class Settings(BaseSettings):
     generator: GeneratorSettings = GeneratorSettings()
     compare: CompareSettings = CompareSettings()
     serve: ServeSettings = ServeSettings()
+    cluster: ClusterSettings = ClusterSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -63,6 +63,7 @@ def run_cmd(
     retrieval_only: bool = typer.Option(False, "--retrieval-only", help="build prompts only and score retrieval (no generation)"),
     concurrency: int = typer.Option(1, "--concurrency", help="questions in flight at once (1 for the in-process llama.cpp backend)"),
     out: Path = typer.Option(..., "--out", help="run folder: answers.jsonl (checkpoint), report.json/.md/.html, rows.csv/.xlsx"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="answer on this Ray cluster (host:port of its head, or auto)"),
     as_json: bool = JsonOpt,
 ) -> None:
     """Answer every question of a set, checkpointing as it goes (rerun to resume), then score and report."""
@@ -111,7 +112,7 @@ def run_cmd(
             report = run_eval(
                 RunOptions(set_path=set_path, out=out, corpus=list(corpus), store=store, profile=profile, limit=limit,
                            retrieval_only=retrieval_only, concurrency=concurrency),
-                on_event=on_event,
+                on_event=on_event, answer_many=_cluster_answerer(cluster),
             )
     except RagkitError as exc:
         cli._fail(exc, as_json)
@@ -139,6 +140,19 @@ def run_cmd(
     cli.out.print(table)
     err.print(f"report: {out / 'report.html'}", highlight=False)
     _say_rows(cli, report)
+
+
+def _cluster_answerer(cluster: Optional[str]):
+    """The Ray cluster's answerer when --cluster (or setting cluster.address) names one, else None (local)."""
+    if cluster is None:
+        from ragkit.config import load_settings
+
+        cluster = load_settings().cluster.address
+    if not cluster:
+        return None
+    from ragkit.cluster.eval import answer_on_cluster
+
+    return answer_on_cluster(cluster)
 
 
 def _say_rows(cli, report: dict) -> None:

@@ -120,6 +120,9 @@ def register(app: typer.Typer) -> None:
         workers: Optional[int] = typer.Option(
             None, "--workers", min=0, help="processes parsing files ahead of the embedder (0 = from the free cores)"
         ),
+        cluster: Optional[str] = typer.Option(
+            None, "--cluster", help="parse and embed on this Ray cluster (host:port of its head, or auto); setting cluster.address"
+        ),
         as_json: bool = JsonOpt,
     ) -> None:
         """Ingest files and folders into the store. Unchanged files are skipped; bad files are reported and skipped."""
@@ -129,9 +132,15 @@ def register(app: typer.Typer) -> None:
             settings = _settings(store)
             if workers is not None:
                 settings.ingest.workers = workers
+            address = cluster or settings.cluster.address
             progress, on_event = _progress_bars(as_json)
             with progress:
-                report = run_ingest(list(paths), settings, prune=prune, wait_s=wait, on_event=on_event)
+                if address:
+                    from ragkit.cluster import ingest_on_cluster
+
+                    report = ingest_on_cluster(list(paths), settings, address, prune=prune, wait_s=wait, on_event=on_event)
+                else:
+                    report = run_ingest(list(paths), settings, prune=prune, wait_s=wait, on_event=on_event)
         if as_json:
             _print_json(report.to_json())
         else:

@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from ragkit.config import Settings
 from ragkit.errors import UsageError
@@ -234,9 +234,14 @@ def prepare(opts: RunOptions) -> tuple[list[EvalItem], Settings]:
     return items, settings
 
 
-def run_eval(opts: RunOptions, *, on_event: Event | None = None) -> dict:
+def run_eval(opts: RunOptions, *, on_event: Event | None = None,
+             answer_many: Callable[[Settings, bool, list[EvalItem]], Iterable[dict]] | None = None) -> dict:
     """Ingest (when --corpus is given), answer every question not yet answered, score and
-    write the reports. Returns the report dict."""
+    write the reports. Returns the report dict.
+
+    `answer_many(settings, retrieval_only, items)` answers elsewhere (ragkit.cluster: Ray
+    actors), yielding each question's record as it lands; this process still writes every
+    record to answers.jsonl, once per question."""
     from ragkit.eval.rows import write_run_files
 
     emit = on_event or (lambda kind, info: None)
@@ -264,7 +269,15 @@ def run_eval(opts: RunOptions, *, on_event: Event | None = None) -> dict:
         ck.append(rec)
         return rec
 
-    if concurrency == 1:
+    if answer_many is not None:
+        recorded = set(done)
+        for rec in answer_many(settings, opts.retrieval_only, todo):
+            if rec.get("id") in recorded:  # a question answered twice (a retried task) is recorded once
+                continue
+            recorded.add(rec.get("id"))
+            ck.append(rec)
+            emit("answered", {"id": rec.get("id"), "status": rec["status"], "error": rec.get("error")})
+    elif concurrency == 1:
         for item in todo:
             rec = one(item)
             emit("answered", {"id": item.id, "status": rec["status"], "error": rec.get("error")})

@@ -405,11 +405,20 @@ def ingest(
     wait_s: float = 0.0,
     on_event: Callable[[str, dict], None] | None = None,
     overlap: bool = True,
+    embedder: Embedder | None = None,
+    parsers: Callable[[Settings, Callable[[str, tuple], None]], "_Parsers"] | None = None,
 ) -> IngestReport:
     """Ingest files and folders into the store named by `settings`.
 
     `overlap=False` parses each file in this process when its turn comes (no workers):
     the sequential path, for debugging and for the benchmark's comparison.
+
+    `embedder` and `parsers` let another executor do the work while this job keeps the
+    writer lease, the embedding cache and the commit order (ragkit.cluster: Ray tasks
+    parse, Ray actors embed): `embedder` stands in for `load_embedder(settings)` (same
+    name, dimension, variant and token counts), `parsers(settings, on_done)` for the
+    parse-worker pool (an object with `plan`, `result`, `drain`, `close`, the same
+    contract as `_Parsers`; the factory's `workers` attribute is what the report says).
 
     Events (kind, info), all sent from the calling thread: "start" {files}; "plan"
     {parse: files to parse, bytes}; "parse_done" {path, pages, chunks, bytes} when a
@@ -426,7 +435,7 @@ def ingest(
     report.timings = tm
     for f in failed:
         emit("failed", f)
-    embedder = load_embedder(settings)
+    embedder = embedder or load_embedder(settings)
     ident = embcache.identity(embedder)
     chunking = chunking_key(settings, embedder)
     with StoreWriter(settings, wait_s) as writer:
@@ -458,7 +467,9 @@ def ingest(
         to_parse = [p[1] for p in plan if p[5] is None]
         sizes = {p[1]: (p[3][0] if p[3] else 0) for p in plan if p[5] is None}
         workers = 0
-        if overlap and to_parse:
+        if parsers is not None:
+            workers = getattr(parsers, "workers", 0)  # the factory says how many it runs
+        elif overlap and to_parse:
             workers = min(settings.ingest.workers or auto_workers(), len(to_parse))
         report.workers = workers
         emit("plan", {"parse": len(to_parse), "bytes": sum(sizes.values()), "workers": workers})
@@ -473,7 +484,8 @@ def ingest(
             emit("parse_done", {"path": path, "pages": (res[3] or 0) if ok else 0,
                                 "chunks": len(res[1]) if ok else 0, "bytes": sizes.get(path, 0)})
 
-        parsers = _Parsers(settings, workers, parse_done)
+        make_parsers = parsers
+        parsers = make_parsers(settings, parse_done) if make_parsers is not None else _Parsers(settings, workers, parse_done)
         try:
             parsers.plan(to_parse)
             for path, key, sha, st, old, state in plan:

@@ -1,0 +1,76 @@
+"""Ingest on a local Ray cluster against the single-process ingest (prints figures; not a test).
+
+    .venv/bin/python eval/bench_cluster.py [--docs DIR] [--nodes 1,2] [--json]
+
+For each node count: a loopback cluster of that many nodes (1 CPU each; ragkit.cluster.local),
+then a fresh-store ingest of DIR on it (`ingest_on_cluster`), beside a fresh-store local ingest
+(`ingest`, the embedder loaded before the clock). Printed: wall time, files/s, and the
+difference per file. The cluster run pays fixed costs the local one does not: connecting the
+driver, starting the embedder actors and loading a model in each (on the clock, as a user
+pays them), so on a small corpus the difference is mostly those; Ray's own per-file cost is the
+slope between two corpus sizes, not measured yet. Two cores cannot show a speed-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import ragkit  # noqa: F401  (offline switches)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--docs", type=Path, default=ROOT / "corpora" / "nda")
+    ap.add_argument("--nodes", default="1,2")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    from ragkit.cluster import ingest_on_cluster, local
+    from ragkit.config import load_settings
+    from ragkit.embed import load_embedder
+    from ragkit.ingest import ingest
+
+    tmp = Path(tempfile.mkdtemp(prefix="rk-bench-cluster-"))
+    out: dict = {"docs": str(a.docs), "runs": []}
+    try:
+        s = load_settings(store=tmp / "local")
+        load_embedder(s).embed_documents(["warm up"])
+        t0 = time.perf_counter()
+        rep = ingest([a.docs], s)
+        wall = time.perf_counter() - t0
+        files = rep.added
+        out["local"] = {"wall_s": round(wall, 2), "files": files, "chunks": rep.chunks, "pages": rep.pages}
+        for n in (int(x) for x in a.nodes.split(",")):
+            cluster = local.start(Path(f"/tmp/rk-bench-ray-{n}"), nodes=n, cpus_per_node=1)
+            try:
+                s = load_settings(store=tmp / f"cluster{n}")
+                t0 = time.perf_counter()
+                rep = ingest_on_cluster([a.docs], s, cluster.address)
+                cwall = time.perf_counter() - t0
+            finally:
+                cluster.stop(5)
+                shutil.rmtree(f"/tmp/rk-bench-ray-{n}", ignore_errors=True)
+            out["runs"].append({"nodes": n, "wall_s": round(cwall, 2), "files": rep.added, "chunks": rep.chunks,
+                                "embed_actors": rep.timings.get("embed_actors"),
+                                "extra_per_file_s": round((cwall - wall) / max(files, 1), 3)})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if a.json:
+        print(json.dumps(out, indent=2))
+        return
+    lo = out["local"]
+    print(f"{a.docs}: {lo['files']} files, {lo['pages']} pages, {lo['chunks']} chunks")
+    print(f"  local (one process, model warm):  {lo['wall_s']:6.1f} s  {lo['files'] / lo['wall_s']:.2f} files/s")
+    for r in out["runs"]:
+        print(f"  cluster, {r['nodes']} node(s), {r['embed_actors']} actor(s): {r['wall_s']:6.1f} s  "
+              f"{r['files'] / r['wall_s']:.2f} files/s  (+{r['extra_per_file_s']:.2f} s a file, fixed costs included)")
+
+
+if __name__ == "__main__":
+    main()

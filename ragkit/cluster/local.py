@@ -1,0 +1,182 @@
+"""A Ray cluster on this machine's loopback, for tests and benchmarks: a head and N-1 more
+nodes (separate raylets, so tasks cross node boundaries), each `ray start --block` in its own
+process group under a private temp dir, with no dashboard, no usage statistics, no metrics
+export and every port on 127.0.0.1.
+
+Why a launcher (`python -m ragkit.cluster.local node ...`) and not `ray start` itself: Ray
+swaps a node address of 127.0.0.1 for the machine's outward address ("so other machines can
+reach it") and then binds its servers there. The launcher makes Ray's own address lookup
+answer 127.0.0.1, so the GCS, the raylets, the object managers and the agents listen on
+loopback only (checked with `ss -ltnp`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ragkit.cluster.connect import RAY_OFFLINE_ENV
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _node_args(temp_dir: Path, cpus: int) -> list[str]:
+    return [
+        "--block", "--node-ip-address=127.0.0.1", f"--num-cpus={cpus}", f"--temp-dir={temp_dir}",
+        "--disable-usage-stats", f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
+        f"--metrics-export-port={free_port()}", "--include-log-monitor=false",
+    ]
+
+
+@dataclass
+class LocalCluster:
+    address: str
+    temp_dir: Path
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    def processes(self) -> list:
+        """Every live process of the cluster: the launchers and all their descendants (the
+        raylets start their workers in sessions of their own, so a process group is not enough)."""
+        import psutil
+
+        out = []
+        for p in self.procs:
+            try:
+                root = psutil.Process(p.pid)
+                out += [root] + root.children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        return [q for q in out if _alive(q)]
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """End every node: its process group (raylet, GCS, agents) and every descendant
+        (workers, actors), TERM then KILL."""
+        import psutil
+
+        procs = self.processes()
+        for p in reversed(self.procs):
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        for p in self.procs:
+            try:
+                p.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(p.pid, signal.SIGKILL)  # the group: workers outlive their `ray start`
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        for q in procs:
+            try:
+                if _alive(q):
+                    q.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(procs, timeout=5)
+
+
+def _alive(proc) -> bool:
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def start(temp_dir: Path, nodes: int = 2, cpus_per_node: int = 1, timeout_s: float = 90.0) -> LocalCluster:
+    """Start a loopback cluster of `nodes` nodes and wait until all of them are alive."""
+    temp_dir = Path(temp_dir)
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, **RAY_OFFLINE_ENV)
+    port = free_port()
+    cluster = LocalCluster(address=f"127.0.0.1:{port}", temp_dir=temp_dir)
+    launcher = [sys.executable, "-m", "ragkit.cluster.local", "node"]
+    try:
+        for i in range(nodes):
+            if i == 0:
+                args = ["--head", f"--port={port}", "--include-dashboard=false", f"--ray-client-server-port={free_port()}"]
+            else:
+                args = [f"--address={cluster.address}"]
+            log = open(temp_dir / f"node{i}.log", "wb")
+            cluster.procs.append(subprocess.Popen(launcher + args + _node_args(temp_dir, cpus_per_node), stdout=log,
+                                                  stderr=subprocess.STDOUT, env=env, start_new_session=True))
+            log.close()
+            if i == 0:
+                _wait_port(port, timeout_s, cluster, temp_dir)
+        _wait_nodes(cluster, nodes, timeout_s, temp_dir)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _logs(temp_dir: Path) -> str:
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in sorted(temp_dir.glob("node*.log")))
+
+
+def _wait_port(port: int, timeout_s: float, cluster: LocalCluster, temp_dir: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cluster.procs[0].poll() is not None:
+            raise RuntimeError(f"the Ray head exited: {_logs(temp_dir)}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"the Ray head did not listen in {timeout_s:.0f} s: {_logs(temp_dir)}")
+
+
+def _wait_nodes(cluster: LocalCluster, n: int, timeout_s: float, temp_dir: Path) -> None:
+    """Count the alive nodes from a short-lived driver in a child (this process stays free to
+    connect later, or not)."""
+    code = ("import sys, time, ray\n"
+            "import ray._private.ray_constants as c\n"
+            "c.ENABLE_RAY_CLUSTER = False\n"
+            f"ray.init(address={cluster.address!r}, logging_level='ERROR', log_to_driver=False)\n"
+            f"deadline = time.monotonic() + {timeout_s}\n"
+            f"while sum(1 for x in ray.nodes() if x['Alive']) < {n} and time.monotonic() < deadline:\n"
+            "    time.sleep(0.3)\n"
+            f"sys.exit(0 if sum(1 for x in ray.nodes() if x['Alive']) >= {n} else 1)\n")
+    env = dict(os.environ, **RAY_OFFLINE_ENV)
+    try:
+        rc = subprocess.run([sys.executable, "-c", code], env=env, timeout=timeout_s + 30, capture_output=True).returncode
+    except subprocess.TimeoutExpired:
+        rc = -1
+    if rc != 0:
+        raise RuntimeError(f"the local Ray cluster did not reach {n} alive nodes: {_logs(temp_dir)}")
+
+
+def _node_main(argv: list[str]) -> None:
+    """`ray start ARGS` with Ray's address lookup answering 127.0.0.1 (see the module's doc)."""
+    import ray._private.services as services
+
+    services.node_ip_address_from_perspective = lambda address=None: "127.0.0.1"
+    from ray.scripts.scripts import main
+
+    sys.argv = ["ray", "start"] + argv
+    main()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["node"]:
+        sys.exit("usage: python -m ragkit.cluster.local node [ray start options]")
+    _node_main(sys.argv[2:])
