@@ -32,7 +32,7 @@ class EmbedSettings(BaseModel):
         "auto", description="auto: openai when base_url is set, else torch bf16 on a CPU with native bf16, else onnx fp32 "
         "for a model it can run (minilm), else torch; "
         "torch: sentence-transformers; onnx: onnxruntime (exported once into cache_dir); openai: a /v1/embeddings server; "
-        "hash: a deterministic word-hash embedder with no model, for logic tests (ragkit/embed_hash.py; reads no meaning)")
+        "hash: a deterministic word-hash embedder with no model, for logic tests (ragkit/embed/hash.py; reads no meaning)")
     precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
         "auto", description="auto: see backend (onnx alone: fp32; torch alone: fp32); bf16 (torch autocast, CPUs with AVX512-BF16/AMX); "
         "int8 (onnx dynamic quantization)")

@@ -1,5 +1,5 @@
 """The HTTP side shared by ragkit's clients of OpenAI-compatible engines (the generator in
-`ragkit.generate.openai_compat`, the embedder in `ragkit.embed_openai`, the reranker):
+`ragkit.generate.openai_compat`, the embedder in `ragkit.embed.openai`, the reranker):
 base-URL handling, timeouts, and reading an engine's errors into one short line. The
 clients themselves are the official `openai` package's; this is only what ragkit adds.
 """
