@@ -8,7 +8,9 @@ then a fresh-store ingest of DIR on it (`ingest_on_cluster`), beside a fresh-sto
 difference per file. The cluster run pays fixed costs the local one does not: connecting the
 driver, starting the embedder actors and loading a model in each (on the clock, as a user
 pays them), so on a small corpus the difference is mostly those; Ray's own per-file cost is the
-slope between two corpus sizes, not measured yet. Two cores cannot show a speed-up.
+slope between two corpus sizes, not measured yet (the figure printed is an upper bound). Two cores
+cannot show a speed-up: `project` gives the wall time for 30,000 filings on N nodes of K cores
+from the measured per-file work and driver share (the model is in its docstring and eval/README.md).
 """
 
 from __future__ import annotations
@@ -42,10 +44,12 @@ def main() -> None:
         s = load_settings(store=tmp / "local")
         load_embedder(s).embed_documents(["warm up"])
         t0 = time.perf_counter()
-        rep = ingest([a.docs], s)
+        rep = ingest([a.docs], s, overlap=False)  # sequential: parse_s and embed_s are the per-file work
         wall = time.perf_counter() - t0
         files = rep.added
-        out["local"] = {"wall_s": round(wall, 2), "files": files, "chunks": rep.chunks, "pages": rep.pages}
+        tm = rep.timings
+        out["local"] = {"wall_s": round(wall, 2), "files": files, "chunks": rep.chunks, "pages": rep.pages,
+                        **{k: round(tm.get(k, 0.0), 2) for k in ("parse_s", "embed_s", "store_s", "index_s")}}
         for n in (int(x) for x in a.nodes.split(",")):
             cluster = local.start(Path(f"/tmp/rk-bench-ray-{n}"), nodes=n, cpus_per_node=1)
             try:
@@ -58,9 +62,11 @@ def main() -> None:
                 shutil.rmtree(f"/tmp/rk-bench-ray-{n}", ignore_errors=True)
             out["runs"].append({"nodes": n, "wall_s": round(cwall, 2), "files": rep.added, "chunks": rep.chunks,
                                 "embed_actors": rep.timings.get("embed_actors"),
-                                "extra_per_file_s": round((cwall - wall) / max(files, 1), 3)})
+                                "extra_per_file_s": round((cwall - wall) / max(files, 1), 3),
+                                "extra_per_chunk_s": round((cwall - wall) / max(rep.chunks, 1), 4)})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    out["projection"] = project(out)
     if a.json:
         print(json.dumps(out, indent=2))
         return
@@ -69,7 +75,30 @@ def main() -> None:
     print(f"  local (one process, model warm):  {lo['wall_s']:6.1f} s  {lo['files'] / lo['wall_s']:.2f} files/s")
     for r in out["runs"]:
         print(f"  cluster, {r['nodes']} node(s), {r['embed_actors']} actor(s): {r['wall_s']:6.1f} s  "
-              f"{r['files'] / r['wall_s']:.2f} files/s  (+{r['extra_per_file_s']:.2f} s a file, fixed costs included)")
+              f"{r['files'] / r['wall_s']:.2f} files/s  (+{r['extra_per_file_s']:.2f} s a file, "
+              f"+{r['extra_per_chunk_s'] * 1000:.0f} ms a chunk, fixed costs included)")
+    pr = out["projection"]
+    print(f"projection for {pr['filings']} filings (model in eval/README.md): work {pr['work_per_file_s']:.2f} s a file, "
+          f"driver {pr['driver_per_file_s']:.3f} s a file (bound {pr['driver_bound_h']:.1f} h)")
+    for row in pr["rows"]:
+        print(f"  N={row['nodes']:3d} K={row['cores']:2d}: {row['hours']:6.2f} h")
+
+
+def project(out: dict, filings: int = 30_000) -> dict:
+    """T(N, K) = F * max((p + e) / (N * K), w + o): the parse and embed work per file (p, e,
+    measured in the sequential local run) spread over N*K cores, bounded below by the one
+    driver's serial share per file (w: its store writes, o: Ray's extra per file, measured as
+    the 2-node run's wall time over the local one's, fixed costs included, so an upper bound)."""
+    lo = out["local"]
+    f = max(lo["files"], 1)
+    work = (lo["parse_s"] + lo["embed_s"]) / f
+    runs = [r for r in out["runs"] if r["nodes"] == max(x["nodes"] for x in out["runs"])] if out["runs"] else []
+    over = max(runs[0]["extra_per_file_s"], 0.0) if runs else 0.0
+    driver = (lo["store_s"] + lo["index_s"]) / f + over
+    rows = [{"nodes": n, "cores": k, "hours": round(filings * max(work / (n * k), driver) / 3600, 2)}
+            for n in (1, 4, 16, 64) for k in (2, 16)]
+    return {"filings": filings, "work_per_file_s": round(work, 3), "driver_per_file_s": round(driver, 4),
+            "overhead_per_file_s": over, "driver_bound_h": round(filings * driver / 3600, 2), "rows": rows}
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import psutil
 import pytest
 
 from conftest import CORPORA, ROOT, make_settings
+from test_chroma_server import chroma_server  # noqa: F401  (the `chroma run` server fixture)
 
 BAD = "broken-scan.pdf"
 
@@ -25,9 +27,18 @@ BAD = "broken-scan.pdf"
 def ray_cluster(tmp_path_factory):
     from ragkit.cluster import local
 
+    from test_network import _strace_cmd
+
     temp = Path(f"/tmp/rk-ray-{os.getpid()}")  # Ray's socket paths must stay short (AF_UNIX: 107 bytes)
     shutil.rmtree(temp, ignore_errors=True)
-    cluster = local.start(temp, nodes=2, cpus_per_node=1)
+    temp.mkdir()
+    # every process of the cluster, from its start, under strace -f (the last test reads the
+    # traces); without strace the cluster runs untraced and that test skips (fails in CI)
+    strace = _strace_cmd(temp / "probe.strace")
+    traces = [temp / f"node{i}.strace" for i in range(2)]
+    wrap = (lambda i: [*strace[:-2], "-o", str(traces[i])]) if strace else None
+    cluster = local.start(temp, nodes=2, cpus_per_node=1, wrap=wrap)
+    cluster.traces = traces if strace else []
     yield cluster
     procs = cluster.processes()
     cluster.stop(grace_s=5)
@@ -280,3 +291,149 @@ def test_eval_run_on_the_cluster_with_an_actor_killed_records_each_question_once
     run_eval(opts, on_event=lambda k, i: events.append(k), answer_many=answer_on_cluster(ray_cluster.address))
     assert "answered" not in events
     assert len((tmp_path / "cluster" / "answers.jsonl").read_text().splitlines()) == len(ref)
+
+
+# ---------------------------------------------------------------------- a Chroma server behind the cluster
+
+SERVER_DOCS = ("ai-osi-stack-mutual-nda.md", "bonterms-mutual-nda-v1.pdf", "cnli_dev_019.pdf")
+
+
+def _server_settings(url: str, collection: str, base: Path):
+    return make_settings(base / "unused-local-store").model_copy(
+        update={"store_url": url, "collection": collection, "cache_dir": base / "cache"})
+
+
+@pytest.fixture(scope="module")
+def server_reference(chroma_server, tmp_path_factory):  # noqa: F811  (the imported fixture)
+    """Three NDAs ingested locally (one process) into their own collection of a real `chroma run` server."""
+    from ragkit.ingest import ingest
+
+    base = tmp_path_factory.mktemp("cluster-server")
+    docs = base / "docs"
+    docs.mkdir()
+    for name in SERVER_DOCS:
+        shutil.copy(CORPORA / name, docs / name)
+    settings = _server_settings(chroma_server, "local-ref", base)
+    report = ingest([docs], settings, overlap=False)
+    assert report.failed == [] and report.added == len(SERVER_DOCS)
+    return chroma_server, docs, report, snapshot(settings)
+
+
+def test_cluster_ingest_into_a_chroma_server_equals_a_local_ingest_into_it(ray_cluster, server_reference, tmp_path):
+    from ragkit.cluster import ingest_on_cluster
+    from ragkit.store import StoreWriter
+
+    url, docs, ref_report, ref = server_reference
+    settings = _server_settings(url, "on-the-cluster", tmp_path)
+    report = ingest_on_cluster([docs], settings, ray_cluster.address)
+    assert report.failed == [] and report.added == len(SERVER_DOCS)
+    assert (report.chunks, report.chunks_embedded) == (ref_report.chunks, ref_report.chunks_embedded)
+    assert report.timings["cluster_nodes"] == 2 and report.timings["embed_actors"] == 2
+    assert_same_store(snapshot(settings), ref)  # same records, chunk ids, texts, metadata; vectors within 1e-3
+    assert not (tmp_path / "unused-local-store" / "chroma").exists(), "server mode wrote an embedded store"
+    with StoreWriter(settings):  # the driver's lease in the server was released: the next writer takes it at once
+        pass
+
+
+# A driver killed -9 at its worst moment: the second document's chunks written, its record
+# not. The server lease is shortened to LEASE_S in that process only (60 s otherwise).
+LEASE_S = 4.0
+_KILL_DRIVER = """
+import os, signal, sys
+from pathlib import Path
+from ragkit.cluster import ingest_on_cluster
+from ragkit.config import load_settings
+from ragkit.store import ChromaStore
+from ragkit.store.locks import ServerLease
+
+docs, url, collection, cache, address, lease_s = sys.argv[1:]
+ServerLease.__init__.__kwdefaults__["lease_s"] = float(lease_s)
+commit, commits = ChromaStore.commit_document, []
+
+def commit_or_die(self, record):
+    commits.append(record.name)
+    if len(commits) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    commit(self, record)
+
+ChromaStore.commit_document = commit_or_die
+settings = load_settings(store=Path(cache) / "unused", store_url=url, collection=collection, cache_dir=Path(cache),
+                         generator={"n_ctx": 2048, "max_tokens": 96})
+ingest_on_cluster([Path(docs)], settings, address)
+"""
+
+
+def test_a_driver_killed_mid_ingest_leaves_no_partial_document_and_a_rerun_completes(ray_cluster, server_reference,
+                                                                                      tmp_path):
+    from ragkit.cluster import ingest_on_cluster
+    from ragkit.embed import load_embedder
+    from ragkit.errors import StoreLocked
+    from ragkit.retrieve import retrieve
+    from ragkit.store import StoreWriter, open_store
+
+    url, docs, ref_report, ref = server_reference
+    settings = _server_settings(url, "killed-driver", tmp_path)
+    proc = subprocess.run([sys.executable, "-c", _KILL_DRIVER, str(docs), url, settings.collection,
+                           str(settings.cache_dir), ray_cluster.address, str(LEASE_S)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    t_killed = time.monotonic()
+
+    # readers see the one committed document whole, nothing of the one whose record never came
+    st = open_store(settings, load_embedder(settings), create=False)
+    records = st.documents()
+    assert len(records) == 1
+    rec = records[0]
+    assert (rec.name, rec.doc_id, rec.sha256, rec.n_chunks, rec.n_sections, rec.n_pages) in ref["docs"]
+    assert len(st.chunks([rec.doc_id])) == rec.n_chunks
+    assert st.count() > rec.n_chunks  # the second document's chunks are in the server, without a record ...
+    for q in ("Which law governs this agreement?", "What is confidential information?"):
+        assert {c.doc for c in retrieve(q, settings).prompt.contexts} <= {rec.name}  # ... and no reader sees them
+
+    # the dead driver's lease holds until it expires; then a re-run takes it and completes
+    if time.monotonic() - t_killed < LEASE_S - 1:
+        with pytest.raises(StoreLocked):
+            with StoreWriter(settings):
+                pass
+    report = ingest_on_cluster([docs], settings, ray_cluster.address, wait_s=LEASE_S + 30)
+    assert report.failed == [] and (report.added, report.unchanged) == (len(SERVER_DOCS) - 1, 1)
+    assert_same_store(snapshot(settings), ref)  # as a clean ingest: the orphaned chunks are gone, none twice
+
+
+# ---------------------------------------------------------------------- nothing but loopback, by the kernel's view
+
+def test_the_cluster_and_a_cli_driver_reach_nothing_but_loopback(ray_cluster, batch, tmp_path):
+    """Every process of the cluster (launchers, GCS, raylets, agents, every worker and actor
+    the tests above ran) has been under `strace -f` since the cluster started; here a CLI
+    driver runs `ragkit ingest --cluster` under strace too, with an environment without
+    ragkit's offline switches. Every connect / send address in all the traces is loopback
+    or AF_UNIX, and no name is looked up (tests/test_network.py's parser)."""
+    from conftest import in_ci
+    from test_network import RAGKIT, TRACED, _strace_cmd, assert_traced_whole_process, offending_lines, traced
+
+    if not ray_cluster.traces:
+        if in_ci():
+            pytest.fail("strace cannot trace here: the OS-level network check must run in CI")
+        pytest.skip("strace is not installed or cannot trace here")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("cnli_dev_019.pdf", "ai-osi-stack-mutual-nda.md"):
+        shutil.copy(CORPORA / name, docs / name)
+    strace = _strace_cmd(tmp_path / "probe.strace")[:-2]
+    assert f"trace={TRACED}" in strace
+    argv = [*RAGKIT, "ingest", str(docs), "--store", str(tmp_path / "s"), "--cluster", ray_cluster.address, "--json"]
+    res, driver, _ = traced(strace, tmp_path / "driver.strace", argv, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout)["added"] == 2  # parsed in Ray tasks, embedded by the actors
+    assert_traced_whole_process(driver, argv[0])
+    assert offending_lines(driver) == []
+
+    cluster = {p.name: p.read_text(errors="replace") for p in ray_cluster.traces}
+    traced_pids = {ln.split()[0] for t in cluster.values() for ln in t.splitlines() if ln.split()}
+    tracers = {p.pid for p in ray_cluster.procs}  # the strace processes themselves
+    live = {str(p.pid): p.name() for p in ray_cluster.processes() if p.pid not in tracers}
+    assert live and set(live) <= traced_pids, {pid: c for pid, c in live.items() if pid not in traced_pids}
+    for name, trace in cluster.items():
+        assert re.search(r'connect\(\d+, \{sa_family=AF_INET, sin_port=htons\(\d+\), sin_addr=inet_addr\("127\.0\.0\.1"\)', trace), name
+        assert offending_lines(trace) == [], name
+    assert {"raylet", "gcs_server"} <= set(live.values()), live  # the cluster's own servers were among them

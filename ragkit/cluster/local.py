@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from ragkit.cluster.connect import RAY_OFFLINE_ENV
 
@@ -101,8 +102,11 @@ def _alive(proc) -> bool:
         return False
 
 
-def start(temp_dir: Path, nodes: int = 2, cpus_per_node: int = 1, timeout_s: float = 90.0) -> LocalCluster:
-    """Start a loopback cluster of `nodes` nodes and wait until all of them are alive."""
+def start(temp_dir: Path, nodes: int = 2, cpus_per_node: int = 1, timeout_s: float = 90.0,
+          wrap: Callable[[int], list[str]] | None = None) -> LocalCluster:
+    """Start a loopback cluster of `nodes` nodes and wait until all of them are alive.
+    `wrap(i)`, when given, is a command line node i's launcher runs under (the tests trace
+    every process of the cluster with `strace -f -o LOG`)."""
     temp_dir = Path(temp_dir)
     temp_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **RAY_OFFLINE_ENV)
@@ -116,8 +120,8 @@ def start(temp_dir: Path, nodes: int = 2, cpus_per_node: int = 1, timeout_s: flo
             else:
                 args = [f"--address={cluster.address}"]
             log = open(temp_dir / f"node{i}.log", "wb")
-            cluster.procs.append(subprocess.Popen(launcher + args + _node_args(temp_dir, cpus_per_node), stdout=log,
-                                                  stderr=subprocess.STDOUT, env=env, start_new_session=True))
+            argv = (wrap(i) if wrap else []) + launcher + args + _node_args(temp_dir, cpus_per_node)
+            cluster.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
             log.close()
             if i == 0:
                 _wait_port(port, timeout_s, cluster, temp_dir)
@@ -165,18 +169,62 @@ def _wait_nodes(cluster: LocalCluster, n: int, timeout_s: float, temp_dir: Path)
         raise RuntimeError(f"the local Ray cluster did not reach {n} alive nodes: {_logs(temp_dir)}")
 
 
-def _node_main(argv: list[str]) -> None:
-    """`ray start ARGS` with Ray's address lookup answering 127.0.0.1 (see the module's doc)."""
+def _loopback_only() -> None:
+    """In this process: Ray's address lookup answers 127.0.0.1 (instead of a UDP connect
+    towards 8.8.8.8), its cloud-provider probe (HTTP to 169.254.169.254 and
+    metadata.google.internal, which Ray's UsageStatsHead runs even with usage statistics
+    disabled) answers "unknown" without a request, and no usage report is posted."""
+    import ray._common.usage.usage_lib as usage_lib
     import ray._private.services as services
 
     services.node_ip_address_from_perspective = lambda address=None: "127.0.0.1"
+    try:
+        import ray._common.network_utils as network_utils
+
+        network_utils.node_ip_address_from_perspective = services.node_ip_address_from_perspective
+    except (ImportError, AttributeError):
+        pass
+    usage_lib.get_cloud_from_metadata_requests = lambda: "unknown"
+    # with usage statistics disabled, UsageStatsHead still posts a "disabled" report to
+    # https://usage-stats.ray.io/ (a name lookup, then HTTPS): no report is sent at all
+    usage_lib.UsageReportClient.report_usage_data = lambda self, url, data: None
+
+
+def _node_main(argv: list[str]) -> None:
+    """`ray start ARGS` with Ray's lookups kept on loopback (`_loopback_only`), in this process
+    and in the Python processes Ray starts for the node (the dashboard process on the head,
+    the dashboard and runtime-env agents on every node): their command lines go through
+    `python -m ragkit.cluster.local shim SCRIPT ARGS`, which does the same before running SCRIPT
+    (strace -f of the cluster caught both lookups: tests/test_cluster.py)."""
+    import ray._private.services as services
+
+    _loopback_only()
+    build = services._build_python_executable_command_memory_profileable
+
+    def through_shim(*args, **kwargs):
+        return [*build(*args, **kwargs), "-m", "ragkit.cluster.local", "shim"]
+
+    services._build_python_executable_command_memory_profileable = through_shim
     from ray.scripts.scripts import main
 
     sys.argv = ["ray", "start"] + argv
     main()
 
 
+def _shim_main(argv: list[str]) -> None:
+    import runpy
+
+    _loopback_only()
+    script = argv[0]
+    sys.argv = list(argv)
+    sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` has it
+    runpy.run_path(script, run_name="__main__")
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["node"]:
+    if sys.argv[1:2] == ["node"]:
+        _node_main(sys.argv[2:])
+    elif sys.argv[1:2] == ["shim"] and len(sys.argv) > 2:
+        _shim_main(sys.argv[2:])
+    else:
         sys.exit("usage: python -m ragkit.cluster.local node [ray start options]")
-    _node_main(sys.argv[2:])
