@@ -293,9 +293,6 @@ def check_outcome(result: AskResult, settings: Settings, model_abstained: bool) 
     result.model_answer = text
     if not model_abstained:
         result.unsupported_answer = text
-    lacks = _lacks_asked_figure(result)
-    if found.passages and lacks:
-        found.passages, found.not_found = [], lacks
     if found.passages:
         from ragkit.retrieve.quotes import quoted_answer
 
@@ -307,23 +304,6 @@ def check_outcome(result: AskResult, settings: Settings, model_abstained: bool) 
         result.abstained, result.abstain_reason = False, None
     else:
         _not_found(result, f"{why}, and {found.not_found or 'no passage is on point'}")
-
-
-_FIGURE_WORDS = {"money": "an amount of money", "percent": "a percentage", "period": "a period of time", "date": "a date"}
-
-
-def _lacks_asked_figure(result: AskResult) -> str | None:
-    """Why the sources cannot answer, when the question asks for a figure of one kind (an
-    amount, a percentage, a period, a date: `ragkit.retrieve.figures.asked_figure`) and no
-    source in the prompt names any figure of that kind; else None."""
-    from ragkit.retrieve.figures import asked_figure, holds_figure
-
-    kind = asked_figure(result.question)
-    if kind is None or not result.prompt.contexts:
-        return None
-    if any(holds_figure(c.text, kind) for c in result.prompt.contexts):
-        return None
-    return f"the question asks for {_FIGURE_WORDS[kind]} and no source in the prompt names one"
 
 
 NOT_SUPPORTED_NOTE = "Not supported by the sources: "

@@ -358,7 +358,9 @@ def evidence(item: "ChecklistItem", contexts, quote: str | None, settings: Setti
     if not quote or len(units) < 2:
         return {"z": None, "cos": None, "coverage": None, "units": len(units)}
     emb = load_embedder(settings)
-    key = settings.embed.model
+    # the vectors' identity: the embedder's name and the backend and precision that made them
+    # (a hash-backend settings object keeps embed.model "minilm"; their vectors differ)
+    key = (emb.name, getattr(emb, "variant", None) or type(emb).__name__, int(getattr(emb, "dim", 0)))
     todo = list(dict.fromkeys(u for u in units + [quote] if (key, u) not in _UNIT_VECS))
     if todo:
         for u, v in zip(todo, emb.embed_documents(todo)):

@@ -299,28 +299,3 @@ def test_compare_reads_24_months_as_two_years(tmp_path):
     assert unsupported_figures("The agreement lasts 18 months [1].", ctx) == ["18 months"]
 
 
-
-@pytest.mark.parametrize("question, kind", [
-    ("What is the dollar amount of the 510(k) user fee for fiscal year 2022?", "money"),
-    ("On what date was the guidance issued?", "date"),
-    ("When was section 524B enacted?", "date"),
-    ("How long do the confidentiality obligations last?", "period"),
-    ("Within how many calendar days should FDA complete the acceptance review?", "period"),
-    ("What percentage of net sales came from services?", "percent"),
-    # no figure asked for: a yes/no question that starts with "When", a penalty named without an amount
-    ("When responding to an RTA notification, are a new submission and a new user fee needed?", None),
-    ("What civil monetary penalty applies to a manufacturer that does not submit an SBOM?", None),
-])
-def test_the_figure_a_question_asks_for(question, kind):
-    from ragkit.retrieve.figures import asked_figure
-
-    assert asked_figure(question) == kind
-
-
-def test_a_source_holds_a_figure_of_the_kind_in_any_form():
-    from ragkit.retrieve.figures import holds_figure
-
-    assert holds_figure("a user fee of $21,760 for FY 2022", "money") and not holds_figure("the user fee has been paid", "money")
-    assert holds_figure("survive for twenty-four (24) months", "period") and not holds_figure("survive termination", "period")
-    assert holds_figure("issued on April 21, 2022", "date") and not holds_figure("issued by FDA", "date")
-    assert holds_figure("thirty percent (30%)", "percent") and not holds_figure("a portion of sales", "percent")

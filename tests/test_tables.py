@@ -90,7 +90,8 @@ def test_prose_pages_stay_prose(name, page):
 
     blocks = [b for b in load(DOCS / name) if b.page == page]
     assert blocks and all(b.kind == "text" for b in blocks)
-    raw = " ".join(pdfium.PdfDocument(str(DOCS / name))[page - 1].get_textpage().get_text_range().split())
+    # pdfium marks a breakable hyphen U+FFFE; the loader reads it as "-" (ragkit/ingest/loaders.py)
+    raw = " ".join(pdfium.PdfDocument(str(DOCS / name))[page - 1].get_textpage().get_text_range().replace("\ufffe", "-").split())
     got = " ".join(" ".join(b.text for b in blocks).split())
     # the same words, in the same order, as before tables existed (modulo a dropped page number)
     assert got.replace(" ", "")[:2000] in raw.replace(" ", "").replace("- ", "")
