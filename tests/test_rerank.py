@@ -349,22 +349,25 @@ ANSWERABLE_HERE = [("Which law governs this agreement?", "cnli_dev_019.pdf"),
                    ("Can the receiving party share confidential information with its employees?", "bonterms-mutual-nda-v1.pdf")]
 
 
-def test_the_reranker_floor_stops_off_topic_questions_and_lets_answerable_ones_through(nda_store):
-    """With today's gate off (abstain_margin 0), the shipped floor alone
-    (retrieve.rerank_abstain_below, fitted on the tuning halves of ContractNLI and CUAD:
-    eval/README.md "Reranker") stops every off-topic question on two real NDAs with the
-    reranker's reason, and no answerable one."""
+def test_the_reranker_floor_stops_off_topic_questions_and_is_off_because_it_refuses_an_answerable_one(nda_store):
+    """With today's gate off (abstain_margin 0), the reranker floor alone
+    (retrieve.rerank_abstain_below) at the value fitted on the CUAD tuning contracts (-8.11:
+    at most 1% of their answerable questions under it) stops every off-topic question on two
+    real NDAs with the reranker's reason. It also refuses an answerable one, the severability
+    question whose clause shares no word with it (best -8.46 measured): why the floor is off
+    by default (eval/README.md "Reranker"). Off, that question passes."""
     from ragkit.retrieve import retrieve
 
-    floor = nda_store.retrieve.rerank_abstain_below
-    assert floor is not None  # on by default
-    only = _with(nda_store, abstain_margin=0.0)
+    assert nda_store.retrieve.rerank_abstain_below is None  # off by default
+    only = _with(nda_store, abstain_margin=0.0, rerank_abstain_below=-8.11)
     for doc in ("cnli_dev_019.pdf", "bonterms-mutual-nda-v1.pdf"):
         for q in OFF_TOPIC_HERE:
             r = retrieve(q, only, [doc])
             assert r.abstain_reason and "reranker's best score" in r.abstain_reason, (q, doc, r.rerank.best)
-    passed = [(q, d, retrieve(q, only, [d]).abstain_reason) for q, d in ANSWERABLE_HERE]
-    assert [p for p in passed if p[2]] == []
+    refused = {(q, d) for q, d in ANSWERABLE_HERE if retrieve(q, only, [d]).abstain_reason}
+    assert refused == {("If one part is void, does the rest still stand?", "cnli_dev_019.pdf")}, refused
+    default = _with(nda_store, abstain_margin=0.0)
+    assert all(retrieve(q, default, [d]).abstain_reason is None for q, d in refused)
 
 
 # ---------------------------------------------------------------------- bge-small-en as an embedder choice

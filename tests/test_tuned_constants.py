@@ -127,8 +127,16 @@ def test_questions_about_other_matters_are_abstained_on_unseen_documents(unseen)
     off = [(q, d) for q in OFF_TOPIC for d in docs]
     assert [x for x in off if not abstained(*x)] == []
     other = [(q, d) for q in OTHER_CONTRACTS for d in docs if not (q.startswith("What royalty") and d in HAS_ROYALTY)]
-    missed = [x for x in other if not abstained(*x, with_reason=False)]
-    assert len(other) - len(missed) >= 0.9 * len(other), f"abstained on {len(other) - len(missed)} of {len(other)}: missed {missed}"
+    # issue 23: an answer none of whose claims holds is not_found when the sources hold nothing
+    # on point, and unverified (the passages shown, marked "Not verified against the sources")
+    # when they hold passages on the subject. Neither tells the reader the documents say it:
+    # no such question may come back supported. Measured (MiniLM, margin 1.5): 17 of 19
+    # not_found, 2 unverified ("purchase price per share" on the joint venture agreement,
+    # "interest rate ... loan" on cnli_dev_015); before outcomes, 19 of 19 abstained.
+    outcomes = {x: ask(x[0], unseen, docs=[x[1]]).outcome for x in other}
+    assert not [x for x, o in outcomes.items() if o == "supported"], outcomes
+    found = sum(o == "not_found" for o in outcomes.values())
+    assert found >= 0.85 * len(other), f"not_found on {found} of {len(other)}: {outcomes}"
 
 
 @pytest.mark.xfail(strict=True, reason="the retrieval gate does not reach questions in the documents' own domain: "
