@@ -49,12 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     emb = load_embedder(settings)
     store = open_store(settings, emb, create=False)
     records = store.documents()
+    memo: dict = {}  # each document's calibration, made once
     rows = []
     for item in load_set(a.set):
         if not item.doc:
             continue
         ids = sorted({d.doc_id for d in resolve_docs(records, [item.doc])})
-        cal = calibrate(store, emb, ids, key=(str(a.store), settings.collection))
+        cal = calibrate(store, emb, ids, memo=memo)
         top = store.query(emb.embed_query(search_query(item.question)), 1, ids)
         best = top[0].score if top else 0.0
         rows.append({"id": item.id, "answerable": item.answerable, "best": best, "margin": cal.margin(best)})
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         docs = sorted({i.doc for i in load_set(a.set) if i.doc})
         for doc in docs:
             ids = sorted({d.doc_id for d in resolve_docs(records, [doc])})
-            cal = calibrate(store, emb, ids, key=(str(a.store), settings.collection))
+            cal = calibrate(store, emb, ids, memo=memo)
             for q in OFF_TOPIC:
                 top = store.query(emb.embed_query(q), 1, ids)
                 best = top[0].score if top else 0.0

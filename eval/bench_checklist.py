@@ -44,9 +44,10 @@ TUNE = ("cnli_dev_019.pdf", "cnli_dev_054.pdf", "cnli_dev_440.pdf", "cnli_dev_54
 
 
 def collect(args) -> list[dict]:
-    from ragkit.compare import _PRIORS, check_item, load_checklist
+    from ragkit.compare import check_item, load_checklist
     from ragkit.config import load_settings
     from ragkit.eval.sets import load_set
+    from ragkit.session import Session
 
     gen = {"model": args.model} if args.model else {}
     settings = load_settings(store=Path(args.store), generator=gen)
@@ -55,6 +56,7 @@ def collect(args) -> list[dict]:
 
         ingest(sorted(Path(args.corpus).glob("*.pdf")), settings)
     checklist = {i.id: i for i in load_checklist("nda")[1] if i.hypothesis}
+    session = Session(settings)  # the models loaded once; its memo keeps each item's prior
     cache = Path(args.cache)
     done = {}
     if cache.exists():
@@ -72,8 +74,8 @@ def collect(args) -> list[dict]:
             if args.no_words:  # the rule before the checklist's words (for --steps)
                 check = dataclasses.replace(check, terms=[], contrary=[])
             t0 = time.perf_counter()
-            finding, r = check_item(it.doc, check, settings)
-            prior = next((v for key, v in _PRIORS.items() if key[0] == check.id), None)
+            finding, r = check_item(it.doc, check, session)
+            prior = next((v for key, v in session.memo("compare.priors").items() if key[0] == check.id), None)
             rec = {
                 "id": it.id, "doc": it.doc, "item": check.id, "gold": it.label, "model": settings.generator.model,
                 "abstained": bool(r.abstained), "tokens": r.choice.token_logprobs if r.choice else None,

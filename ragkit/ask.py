@@ -4,7 +4,9 @@ Usable from Python:
 
     from ragkit.config import load_settings
     from ragkit.ask import ask
-    result = ask("How long does confidentiality last?", load_settings(), docs=["nda.pdf"])
+    from ragkit.session import Session
+    session = Session(load_settings())            # loads each part once, on first use
+    result = ask("How long does confidentiality last?", session, docs=["nda.pdf"])
     result.outcome   # "supported" | "unverified" | "not_found"
 
 Every answer ends in one of three outcomes, never conflated:
@@ -29,13 +31,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ragkit.config import Settings
-from ragkit.generate import Choice, Generation, load_generator
+from ragkit.generate import Choice, Generation
 from ragkit.generate.base import match_option  # noqa: F401  (lives with `choose`; re-exported)
 from ragkit.retrieve import Retrieval, retrieve
 from ragkit.retrieve.citations import Citation, extract, is_abstention
 from ragkit.retrieve.claims import Claim
 from ragkit.retrieve.prompt import Prompt
 from ragkit.retrieve.quotes import Passage
+from ragkit.session import Session, load_checked_generator  # noqa: F401  (its old home)
 
 ABSTAIN_TEXT = "The documents do not say."
 UNVERIFIED_TEXT = "Not verified against the sources."
@@ -112,21 +115,9 @@ class AskResult:
         }
 
 
-def load_checked_generator(settings: Settings):
-    """The generator of the settings, after `doctor`'s fit check where a plan could thrash the disk."""
-    if settings.generator.backend == "llama_cpp" and (
-        settings.profile == "kimi-k2" or settings.generator.tensor_overrides or settings.generator.n_gpu_layers
-    ):
-        # A plan that cannot fit would thrash the disk for an hour: refuse up front.
-        from ragkit.doctor.fit import check_fit
-
-        check_fit(settings)
-    return load_generator(settings)
-
-
 def ask(
     question: str,
-    settings: Settings,
+    settings: Session | Settings,
     docs: list[str] | None = None,
     *,
     dry_run: bool = False,
@@ -143,21 +134,24 @@ def ask(
     the prompt before the question, not searched with; `context_reserve` prompt tokens are
     kept for it either way (see `ragkit.retrieve.retrieve`). `max_tokens` caps this
     answer below `generator.max_tokens` (the prompt budget stays that of the settings, so
-    the cached prefix does not change). `generator`: an already loaded one to use."""
+    the cached prefix does not change). `generator`: an already loaded one to use (else
+    the session's). A Settings gets a Session for this call."""
+    session = Session.of(settings)
+    settings = session.settings
     if generator is None and not dry_run:
-        generator = load_checked_generator(settings)
+        generator = session.generator
     t0 = time.perf_counter()
-    r = retrieve(question, settings, docs, generator=generator, context=context, context_reserve=context_reserve)
+    r = retrieve(question, session, docs, generator=generator, context=context, context_reserve=context_reserve)
     result = AskResult.from_retrieval(r)
     if dry_run:
         return result
     if abstain_if_irrelevant(result, r, t0, on_text):
         return result
-    if answer_by_quoting(result, r, t0, settings, on_text):
+    if answer_by_quoting(result, r, t0, session, on_text):
         return result
     limit = settings.generator.max_tokens if max_tokens is None else max(1, min(max_tokens, settings.generator.max_tokens))
     gen = generator.generate(r.prompt.ids, max_tokens=limit, on_text=on_text)
-    finish(result, gen, t0, settings)
+    finish(result, gen, t0, session)
     return result
 
 
@@ -177,7 +171,7 @@ def abstain_if_irrelevant(result: AskResult, r: Retrieval, t0: float, on_text: C
     return True
 
 
-def answer_by_quoting(result: AskResult, r: Retrieval, t0: float, settings: Settings,
+def answer_by_quoting(result: AskResult, r: Retrieval, t0: float, settings: Session | Settings,
                       on_text: Callable[[str], None] | None = None) -> bool:
     """A question that asks for the clause itself ("Which part of this contract concerns X?
     Quote it.", "Highlight the parts ...": `ragkit.retrieve.quotes.is_extractive`) is
@@ -186,9 +180,10 @@ def answer_by_quoting(result: AskResult, r: Retrieval, t0: float, settings: Sett
     Returns whether it answered (off with `retrieve.extractive = false`)."""
     from ragkit.retrieve.quotes import is_extractive, quoted_answer
 
-    if not settings.retrieve.extractive or not is_extractive(result.question):
+    session = Session.of(settings)
+    if not session.settings.retrieve.extractive or not is_extractive(result.question):
         return False
-    found = _passages(result, settings)
+    found = _passages(result, session)
     result.answer_kind = "quoted"
     result.generation = Generation(prompt_tokens=len(result.prompt.ids))
     if found.passages:
@@ -204,13 +199,12 @@ def answer_by_quoting(result: AskResult, r: Retrieval, t0: float, settings: Sett
     return True
 
 
-def _passages(result: AskResult, settings: Settings):
-    from ragkit.embed import load_embedder
+def _passages(result: AskResult, session: Session):
     from ragkit.retrieve.quotes import best_passages
 
     t1 = time.perf_counter()
-    found = best_passages(result.question, result.prompt.contexts, load_embedder(settings),
-                          relevance_min=settings.retrieve.relevance_min)
+    found = best_passages(result.question, result.prompt.contexts, session.embedder,
+                          relevance_min=session.settings.retrieve.relevance_min)
     result.timings["passages_s"] = time.perf_counter() - t1
     return found
 
@@ -232,10 +226,10 @@ def _not_found(result: AskResult, reason: str) -> None:
     result.passages = []
 
 
-def finish(result: AskResult, gen: Generation, t0: float, settings: Settings | None = None) -> None:
+def finish(result: AskResult, gen: Generation, t0: float, settings: Session | Settings | None = None) -> None:
     """Fill a result from a generation: answer, checked citations, claims tied to source
-    sentences (with `settings`: the store's embedder reads them), the outcome, timings.
-    Without `settings` nothing is checked: the outcome is the model's (not_found when it
+    sentences (with a session or settings: the store's embedder reads them), the outcome,
+    timings. Without one nothing is checked: the outcome is the model's (not_found when it
     said the documents do not say)."""
     result.generation = gen
     result.answer = gen.text.strip()
@@ -247,24 +241,25 @@ def finish(result: AskResult, gen: Generation, t0: float, settings: Settings | N
         if model_abstained:
             _not_found(result, "the model said the documents do not say")
     else:
+        session = Session.of(settings)
         t1 = time.perf_counter()
         if not model_abstained:
-            attach_claims(result, settings)
+            attach_claims(result, session)
         result.timings["claims_s"] = time.perf_counter() - t1
-        check_outcome(result, settings, model_abstained)
+        check_outcome(result, session, model_abstained)
     result.timings["total_s"] = time.perf_counter() - t0
 
 
-def attach_claims(result: AskResult, settings: Settings) -> None:
+def attach_claims(result: AskResult, settings: Session | Settings) -> None:
     """Split the answer into claims and tie each to the source sentence that supports it
-    (`ragkit.retrieve.claims`)."""
-    from ragkit.embed import load_embedder
+    (`ragkit.retrieve.claims`), read by the session's embedder."""
     from ragkit.retrieve.claims import attribute
 
-    result.claims = attribute(result.answer, result.prompt.contexts, load_embedder(settings), question=result.question)
+    embedder = Session.of(settings).embedder
+    result.claims = attribute(result.answer, result.prompt.contexts, embedder, question=result.question)
 
 
-def check_outcome(result: AskResult, settings: Settings, model_abstained: bool) -> None:
+def check_outcome(result: AskResult, settings: Session | Settings, model_abstained: bool) -> None:
     """The outcome of a generated answer. Supported when a claim of it is supported by a
     source sentence. Otherwise (no claim supported, no claim made, or the model's "The
     documents do not say."), the sources decide: passages on point -> unverified (the
@@ -273,8 +268,9 @@ def check_outcome(result: AskResult, settings: Settings, model_abstained: bool) 
     asked about something they hold it may still write the wrong one, or say they are
     silent: the reader is told which, from the evidence. With
     `retrieve.abstain_unsupported = false` an answer the model gave is kept as supported."""
+    session = Session.of(settings)
     text = result.answer
-    if not model_abstained and not settings.retrieve.abstain_unsupported:
+    if not model_abstained and not session.settings.retrieve.abstain_unsupported:
         result.outcome = "supported"
         return
     held = [c for c in result.claims if c.supported]
@@ -289,7 +285,7 @@ def check_outcome(result: AskResult, settings: Settings, model_abstained: bool) 
         why = f"no claim of the answer is supported by a source sentence ({len(result.claims)} checked)"
     else:
         why = "the answer makes no claim a source sentence could support"
-    found = _passages(result, settings)
+    found = _passages(result, session)
     result.model_answer = text
     if not model_abstained:
         result.unsupported_answer = text
@@ -380,7 +376,7 @@ def responsive(question: str, claims: list[Claim], contexts) -> bool:
 def ask_choice(
     question: str,
     options: list[str],
-    settings: Settings,
+    settings: Session | Settings,
     docs: list[str] | None = None,
     *,
     narrow: Callable[[Prompt, object], Prompt] | None = None,
@@ -395,9 +391,10 @@ def ask_choice(
     `narrow(prompt, generator)`, when given, turns the retrieval prompt into the one the
     options are scored on (compare: the quoted clause alone); `result.prompt` stays the
     retrieval prompt, the tokens and cache figures are the scored prompt's."""
-    generator = load_checked_generator(settings)
+    session = Session.of(settings)
+    generator = session.generator
     t0 = time.perf_counter()
-    r = retrieve(question, settings, docs, generator=generator)
+    r = retrieve(question, session, docs, generator=generator)
     result = AskResult.from_retrieval(r)
     if abstain_if_irrelevant(result, r, t0):
         return result

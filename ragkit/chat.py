@@ -34,7 +34,7 @@ from typing import Callable
 from ragkit.ask import AskResult, abstain_if_irrelevant, answer_by_quoting, finish
 from ragkit.config import Settings
 from ragkit.errors import UsageError
-from ragkit.generate import load_generator
+from ragkit.session import Session
 from ragkit.retrieve import retrieve
 from ragkit.retrieve.prompt import Prompt
 
@@ -42,10 +42,11 @@ STATE_VERSION = 1
 
 
 class ChatSession:
-    def __init__(self, settings: Settings, docs: list[str] | None = None, *, state_dir: Path | None = None):
-        self.settings = settings
+    def __init__(self, settings: Session | Settings, docs: list[str] | None = None, *, state_dir: Path | None = None):
+        self.session = Session.of(settings)
+        self.settings = settings = self.session.settings
         self.docs = list(docs or [])
-        self.generator = load_generator(settings)
+        self.generator = self.session.generator
         self.state_dir = Path(state_dir) if state_dir is not None else None
         if self.state_dir is not None:
             if not hasattr(self.generator, "llm") or not hasattr(self.generator, "cached_prefix"):
@@ -63,16 +64,16 @@ class ChatSession:
         session's generator, with the state restored or saved around the generation when
         `state_dir` is set."""
         t0 = time.perf_counter()
-        r = retrieve(question, self.settings, self.docs, generator=self.generator)
+        r = retrieve(question, self.session, self.docs, generator=self.generator)
         prompt = r.prompt
         result = AskResult.from_retrieval(r)
-        if abstain_if_irrelevant(result, r, t0, on_text) or answer_by_quoting(result, r, t0, self.settings, on_text):
+        if abstain_if_irrelevant(result, r, t0, on_text) or answer_by_quoting(result, r, t0, self.session, on_text):
             return result
         restored = self.restore_state(prompt) if self.state_dir is not None else None
         if restored is not None:
             result.timings["state_load_s"] = restored
         gen = self.generator.generate(prompt.ids, max_tokens=self.settings.generator.max_tokens, on_text=on_text)
-        finish(result, gen, t0, self.settings)
+        finish(result, gen, t0, self.session)
         if self.state_dir is not None:
             saved = self.save_state(prompt)
             if saved is not None:

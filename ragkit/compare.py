@@ -21,6 +21,7 @@ from ragkit.config import Settings
 from ragkit.errors import ConfigError, UsageError
 from ragkit.paths import prompts_dir, read_prompt
 from ragkit.retrieve.prompt import format_location
+from ragkit.session import Session, settings_of
 
 if TYPE_CHECKING:
     from ragkit.ask import AskResult
@@ -254,9 +255,7 @@ def _similarity(settings: Settings | None, item: "ChecklistItem"):
         return None
     import numpy as np
 
-    from ragkit.embed import load_embedder
-
-    emb = load_embedder(settings)
+    emb = Session.of(settings).embedder
     q = np.asarray(emb.embed_query(f"{item.title}. {item.question} {item.hypothesis or ''}".strip()), dtype=np.float32)
 
     def sim(texts: list[str]) -> list[float]:
@@ -300,30 +299,25 @@ def _best_quote(contexts, item: "ChecklistItem", settings: Settings | None = Non
                              names_item=item.names_item if item.terms else None)
 
 
-_DOC_UNITS: dict[tuple, list[tuple[str, object]]] = {}  # (store, doc ids) -> the documents' quotable sentences, each with its chunk
-
-
-def _document_sentences(contexts, settings: Settings) -> list[tuple[str, object]]:
+def _document_sentences(contexts, settings: Session | Settings) -> list[tuple[str, object]]:
     """Every quotable sentence of the documents the contexts come from (all their chunks
     in the store, not only those retrieved into the prompt), in document order, each with
-    the chunk it is in (its page and section)."""
-    doc_ids = tuple(sorted({c.doc_id for c in contexts}))
-    key = (str(settings.store), settings.store_url, doc_ids)
-    if key not in _DOC_UNITS:
-        from ragkit.embed import load_embedder
-        from ragkit.store import open_store
-
-        hits = open_store(settings, load_embedder(settings), create=False).chunks(list(doc_ids)) or list(contexts)
+    the chunk it is in (its page and section); kept by the session per document version."""
+    session = Session.of(settings)
+    memo = session.memo("compare.sentences")
+    key = tuple(sorted({c.doc_id for c in contexts}))
+    if key not in memo:
+        hits = session.store.chunks(list(key)) or list(contexts)
         pairs = [(u, h) for h in hits for u in split_units(h.text)]
         keep = _quotable([u for u, _ in pairs])
         seen: dict[str, object] = {}
         for j in keep:
             seen.setdefault(pairs[j][0], pairs[j][1])
-        _DOC_UNITS[key] = list(seen.items()) or pairs
-    return _DOC_UNITS[key]
+        memo[key] = list(seen.items()) or pairs
+    return memo[key]
 
 
-def _document_units(contexts, settings: Settings) -> list[str]:
+def _document_units(contexts, settings: Session | Settings) -> list[str]:
     """The documents' quotable sentences (`_document_sentences`), so the calibration sees
     the whole document."""
     return [u for u, _ in _document_sentences(contexts, settings)]
@@ -337,10 +331,7 @@ def _where(hit) -> tuple[int | None, str | None]:
     return getattr(hit, "page_start", None), getattr(hit, "section", None)
 
 
-_UNIT_VECS: dict[tuple, "object"] = {}  # (embedder, unit text) -> vector: a document's sentences are embedded once per process
-
-
-def evidence(item: "ChecklistItem", contexts, quote: str | None, settings: Settings) -> dict:
+def evidence(item: "ChecklistItem", contexts, quote: str | None, settings: Session | Settings) -> dict:
     """How well the quote matches the checklist item, calibrated on the document itself,
     so the rule holds whatever the embedder's cosine range (MiniLM's and e5's differ):
     `z` is the quote's cosine to the item (its hypothesis, else its question) in standard
@@ -352,22 +343,15 @@ def evidence(item: "ChecklistItem", contexts, quote: str | None, settings: Setti
 
     import numpy as np
 
-    from ragkit.embed import load_embedder
-
-    units = _document_units(contexts, settings)
+    session = Session.of(settings)
+    units = _document_units(contexts, session)
     if not quote or len(units) < 2:
         return {"z": None, "cos": None, "coverage": None, "units": len(units)}
-    emb = load_embedder(settings)
-    # the vectors' identity: the embedder's name and the backend and precision that made them
-    # (a hash-backend settings object keeps embed.model "minilm"; their vectors differ)
-    key = (emb.name, getattr(emb, "variant", None) or type(emb).__name__, int(getattr(emb, "dim", 0)))
-    todo = list(dict.fromkeys(u for u in units + [quote] if (key, u) not in _UNIT_VECS))
-    if todo:
-        for u, v in zip(todo, emb.embed_documents(todo)):
-            _UNIT_VECS[(key, u)] = np.asarray(v, dtype=np.float32)
+    emb = session.embedder  # remembers the vectors: a document's sentences are embedded once per session
+    vecs = np.asarray(emb.embed_documents(units + [quote]), dtype=np.float32)
     q = np.asarray(emb.embed_query(item.hypothesis or f"{item.title}. {item.question}"), dtype=np.float32)
-    cos = np.stack([_UNIT_VECS[(key, u)] for u in units]) @ q
-    qc = float(_UNIT_VECS[(key, quote)] @ q)
+    cos = vecs[:-1] @ q
+    qc = float(vecs[-1] @ q)
     sd = float(cos.std()) or 1e-6
     stem = _stemmer()
     want = _words(item.hypothesis or item.question, stem)
@@ -392,26 +376,25 @@ def _hypothesis_support(item: "ChecklistItem", quote: str, embedder) -> float:
     return max((c.support for c in claims), default=0.0)
 
 
-_PRIORS: dict[tuple, dict[str, list[float]]] = {}
-
-
-def _calibrate(r, item: ChecklistItem, question: str, settings: Settings) -> None:
+def _calibrate(r, item: ChecklistItem, question: str, settings: Session | Settings) -> None:
     """Contextual calibration (Zhao et al., "Calibrate Before Use", ICML 2021): a small
     model leans to one option whatever the clause says ("No" for 33 of 34 ContractNLI
     items, measured). Score the options once with a content-free clause, and divide the
-    clause's probabilities by that prior. The prior is per item and model, kept in memory."""
-    from ragkit.generate import load_generator
+    clause's probabilities by that prior. The prior is per item and model, kept by the
+    session (`session.memo("compare.priors")`)."""
     from ragkit.generate.base import option_scores
     from ragkit.store import Hit
 
-    gen = load_generator(settings)
-    key = (item.id, question, settings.generator.model_dump_json())
-    if key not in _PRIORS:
-        builder = _clause_builder(gen, settings)
+    session = Session.of(settings)
+    gen = session.generator
+    priors = session.memo("compare.priors")
+    key = (item.id, question, session.settings.generator.model_dump_json())
+    if key not in priors:
+        builder = _clause_builder(gen, session)
         empty = Hit(id="-", text="N/A", score=0.0, meta={"doc_name": "-", "doc_id": "-", "chunk_index": 0, "section": None,
                                                          "page_start": None, "page_end": None})
-        _PRIORS[key] = gen.choose(builder.build(question, [empty]).ids, list(r.choice.logprobs), score=r.choice.score).token_logprobs
-    r.choice.logprobs = calibrated(r.choice.logprobs, option_scores(_PRIORS[key], r.choice.score))
+        priors[key] = gen.choose(builder.build(question, [empty]).ids, list(r.choice.logprobs), score=r.choice.score).token_logprobs
+    r.choice.logprobs = calibrated(r.choice.logprobs, option_scores(priors[key], r.choice.score))
     r.choice.option = max(r.choice.logprobs, key=r.choice.logprobs.get)
     r.answer = r.choice.option
     if r.generation is not None:
@@ -441,7 +424,8 @@ def calibrated(logprobs: dict[str, float], prior: dict[str, float]) -> dict[str,
     return _renormalised({o: v - prior[o] for o, v in logprobs.items()})
 
 
-def clause_prompt(prompt, item: ChecklistItem, question: str, generator, settings: Settings, found: dict | None = None):
+def clause_prompt(prompt, item: ChecklistItem, question: str, generator, settings: Session | Settings,
+                  found: dict | None = None):
     """The prompt a Yes/No label is scored on in "clause" mode: the same system prompt
     and question, with the quoted clause as the only source. The label then says what
     the quote a lawyer reads says."""
@@ -459,13 +443,14 @@ def clause_prompt(prompt, item: ChecklistItem, question: str, generator, setting
     return _clause_builder(generator, settings).build(question, [hit])
 
 
-def _clause_builder(generator, settings: Settings):
+def _clause_builder(generator, settings: Session | Settings):
     """The prompt builder for a label decided on one clause: its own instructions
     (prompts/checklist_system.txt: the answer is one option, not a cited sentence, and
     "Not mentioned" means the clause is about something else)."""
     from ragkit.retrieve.prompt import PromptBuilder
 
-    builder = PromptBuilder(generator, n_ctx=settings.generator.n_ctx, max_tokens=settings.generator.max_tokens)
+    cfg = settings_of(settings).generator
+    builder = PromptBuilder(generator, n_ctx=cfg.n_ctx, max_tokens=cfg.max_tokens)
     builder.system = read_prompt("checklist_system.txt").strip()
     builder.user_tail = ""
     return builder
@@ -483,14 +468,15 @@ def unsupported_figures(answer: str, contexts) -> list[str]:
 YES_NO = ["Yes", "No", "Not mentioned"]
 
 
-def check_item(doc: str, item: ChecklistItem, settings: Settings) -> tuple[Finding, "AskResult"]:
+def check_item(doc: str, item: ChecklistItem, settings: Session | Settings) -> tuple[Finding, "AskResult"]:
     """One checklist item asked of one document: the label (Yes / No / Not mentioned for
     a hypothesis item, Found for a free-text one), the model's confidence, and the quote.
     Used by `compare` and by the ContractNLI scoring in `ragkit eval run`."""
     from ragkit.ask import ask, ask_choice
     from ragkit.generate.base import option_scores
 
-    cs = settings.compare
+    settings = Session.of(settings)  # one session for every step below (a Settings: for this item)
+    cs = settings.settings.compare
     confidence = None
     note = None
     claims: list[dict] = []  # a free-text answer's claims, each tied to the sentence that supports it
@@ -599,7 +585,7 @@ def check_item(doc: str, item: ChecklistItem, settings: Settings) -> tuple[Findi
 
 def compare(
     docs: list[str],
-    settings: Settings,
+    settings: Session | Settings,
     checklist: str = "nda",
     *,
     items: list[str] | None = None,
@@ -612,6 +598,8 @@ def compare(
     if items and len(chosen) != len(set(items)):
         missing = sorted(set(items) - {i.id for i in chosen})
         raise UsageError(f"unknown checklist item(s): {', '.join(missing)}")
+    session = Session.of(settings)  # loaded once for every document and item
+    settings = session.settings
     rows = [Row(i) for i in chosen]
     prefilled: dict[str, int] = {}
     t0 = time.perf_counter()
@@ -619,7 +607,7 @@ def compare(
     for doc in docs:
         prefilled[doc] = 0
         for row in rows:
-            f, _ = check_item(doc, row.item, settings)
+            f, _ = check_item(doc, row.item, session)
             row.findings[doc] = f
             prefilled[doc] += f.prompt_tokens - f.cached_tokens
             if on_progress:

@@ -30,8 +30,12 @@ def test_ask_answers_from_one_document_with_citations(nda_store, no_outbound_net
 
 
 def test_follow_up_reuses_the_cached_prefix(nda_store):
-    ask(QUESTION, nda_store, docs=["ai-osi-stack-mutual-nda"])
-    r2 = ask("Which law governs this agreement?", nda_store, docs=["ai-osi-stack-mutual-nda"])
+    """Two questions through one Session: one loaded model, whose KV cache holds the document."""
+    from ragkit.session import Session
+
+    session = Session(nda_store)
+    ask(QUESTION, session, docs=["ai-osi-stack-mutual-nda"])
+    r2 = ask("Which law governs this agreement?", session, docs=["ai-osi-stack-mutual-nda"])
     assert r2.prompt.mode == "whole"
     assert r2.generation.cached_tokens >= 0.9 * r2.prompt.prefix_tokens
     assert r2.generation.cached_tokens >= 0.8 * len(r2.prompt.ids)

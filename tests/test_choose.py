@@ -137,8 +137,10 @@ def test_ask_choice_reads_the_option_from_text_when_the_engine_gives_no_scores(n
             return Generation(text="No. The agreement forbids it.", prompt_tokens=len(prompt_ids))
 
     fake = TextOnly()
-    monkeypatch.setattr(ask_mod, "load_checked_generator", lambda settings: fake)
-    r = ask_mod.ask_choice("May the recipient keep copies of Confidential Information under its backup policies?", ["Yes", "No", "Not mentioned"], nda_store,
+    from ragkit.session import Session
+
+    session = Session(nda_store, generator=fake)  # the session's generator is the text-only one
+    r = ask_mod.ask_choice("May the recipient keep copies of Confidential Information under its backup policies?", ["Yes", "No", "Not mentioned"], session,
                            ["bonterms-mutual-nda-v1.pdf"])
     assert r.answer == "No" and r.choice.scored is False and fake.asked == [8]
     assert r.choice.logprobs["No"] == 0.0 and r.choice.logprobs["Yes"] == float("-inf")

@@ -47,19 +47,25 @@ def write_contract(path: Path, changed: dict[int, str] | None = None) -> None:
 
 @contextmanager
 def counting(embedder):
-    """Record every text handed to the real embedder (it still embeds them)."""
+    """Record every text handed to an embedder of this one's class (the real method still
+    embeds them): `ingest` and the CLI load an embedder of their own."""
     seen: list[str] = []
-    real = embedder.embed_documents
+    cls = type(embedder)
+    own = "embed_documents" in cls.__dict__
+    real = cls.embed_documents
 
-    def embed_documents(texts, progress=None):
+    def embed_documents(self, texts, progress=None):
         seen.extend(texts)
-        return real(texts, progress=progress)
+        return real(self, texts, progress=progress)
 
-    embedder.embed_documents = embed_documents
+    cls.embed_documents = embed_documents
     try:
         yield seen
     finally:
-        del embedder.embed_documents  # back to the class's method
+        if own:
+            cls.embed_documents = real
+        else:
+            del cls.embed_documents  # back to the base class's method
 
 
 def stored(settings) -> dict[str, tuple[str, str, np.ndarray]]:

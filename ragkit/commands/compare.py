@@ -38,16 +38,16 @@ def register(app: typer.Typer) -> None:
         if fmt == "docx" and out_file is None and not as_json:  # a Word file is binary: never on stdout
             fail(UsageError("--format docx needs --out FILE.docx (a Word file is not written to the terminal)"), as_json)
         try:
-            settings = settings_for(store, profile)
+            from ragkit.session import Session
+
+            session = Session(settings_for(store, profile))
             result = run_compare(
-                docs, settings, checklist, items=[i.strip() for i in items.split(",")] if items else None,
+                docs, session, checklist, items=[i.strip() for i in items.split(",")] if items else None,
                 on_progress=lambda d, i: err.print(f"  {d}: {i}", highlight=False) if not as_json else None,
             )
-            from ragkit.embed import load_embedder
-            from ragkit.store import open_store
             from ragkit.retrieve.search import resolve_docs
 
-            recs = resolve_docs(open_store(settings, load_embedder(settings), create=False).documents(), docs)
+            recs = resolve_docs(session.store.documents(), docs)
             paths = {d: r.path for d, r in zip(docs, recs)}
         except RagkitError as exc:
             fail(exc, as_json)

@@ -8,16 +8,15 @@ from __future__ import annotations
 from ragkit.embed.base import Embedder, length_sorted
 from ragkit.embed.factory import BACKENDS, ONNX_DEFAULT_PRECISION, backend_class, cpu_has_bf16, load_embedder
 from ragkit.embed.local import FolderModel, SentenceTransformerEmbedder
+from ragkit.embed.memo import MemoEmbedder
 from ragkit.embed.onnx import OnnxEmbedder, PrebuiltOnnxEmbedder
-
-# load_embedder's embedders by settings (ragkit.embed.factory reads it here at each call)
-_CACHE: dict[str, Embedder] = {}
 
 __all__ = [
     "BACKENDS",
     "ONNX_DEFAULT_PRECISION",
     "Embedder",
     "FolderModel",
+    "MemoEmbedder",
     "OnnxEmbedder",
     "PrebuiltOnnxEmbedder",
     "SentenceTransformerEmbedder",

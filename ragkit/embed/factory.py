@@ -66,23 +66,9 @@ def _weights_pin(model: str) -> str | None:
     return dict(spec.files).get("model.safetensors") if spec else None
 
 
-def _cache() -> "dict[str, Embedder]":
-    """The embedders made so far, by their settings: `ragkit.embed._CACHE`, the name it has
-    always had (tests replace it there), looked up at each call."""
-    import ragkit.embed
-
-    return ragkit.embed._CACHE
-
-
 def load_embedder(settings: "Settings") -> "Embedder":
-    """The embedder for `settings.embed`, made once per settings and cache folder."""
-    e = settings.embed
-    secret = e.api_key.get_secret_value() if e.api_key else ""  # model_dump_json masks it
-    key = f"{e.model_dump_json()}|{secret}|{settings.cache_dir}"
-    cache = _cache()
-    if key not in cache:
-        cache[key] = _make(settings)
-    return cache[key]
+    """A new embedder for `settings.embed` (a Session holds it: nothing here keeps it)."""
+    return _make(settings)
 
 
 def _make(settings: "Settings") -> "Embedder":

@@ -67,9 +67,11 @@ class Checkpoint:
 
 class Answerer:
     def __init__(self, settings: Settings, retrieval_only: bool):
+        from ragkit.session import Session
+
         self.settings = settings
+        self.session = Session(settings)  # embedder, store, reranker, generator: loaded once for the run
         self.retrieval_only = retrieval_only
-        self._store = None
         self._lock = threading.Lock()
         self._checklist: dict | None = None
 
@@ -77,16 +79,10 @@ class Answerer:
         """Similarity of each context to the question. Used when the prompt holds the
         named documents whole (their contexts carry no retrieval score), so MRR and
         page hit@k still rank by retrieval, not by document order."""
-        from ragkit.embed import load_embedder
-        from ragkit.store import open_store
-
-        embedder = load_embedder(self.settings)
         with self._lock:
-            if self._store is None:
-                self._store = open_store(self.settings, embedder, create=False)
-            qvec = embedder.embed_query(question)
+            qvec = self.session.embedder.embed_query(question)
             doc_ids = sorted({c.doc_id for c in contexts})
-            hits = self._store.query(qvec, len(contexts), doc_ids)
+            hits = self.session.store.query(qvec, len(contexts), doc_ids)
         return {h.id: h.score for h in hits}
 
     def _checklist_item(self, item: EvalItem):
@@ -111,21 +107,21 @@ class Answerer:
         finding = None
         try:
             if self.retrieval_only:
-                r = retrieve(item.question, self.settings, docs)
+                r = retrieve(item.question, self.session, docs)
                 prompt, timings = r.prompt, dict(r.timings)
                 timings["total_s"] = time.perf_counter() - t0
             elif (check := self._checklist_item(item)) is not None:
                 from ragkit.compare import check_item
 
-                finding, res = check_item(item.doc, check, self.settings)
+                finding, res = check_item(item.doc, check, self.session)
                 prompt, timings = res.prompt, dict(res.timings)
             elif item.label:  # an NLI question outside the checklist: the options scored as they are
                 from ragkit.compare import YES_NO
 
-                res = ask_choice(item.question, YES_NO, self.settings, docs)
+                res = ask_choice(item.question, YES_NO, self.session, docs)
                 prompt, timings = res.prompt, dict(res.timings)
             else:
-                res = ask(item.question, self.settings, docs)
+                res = ask(item.question, self.session, docs)
                 prompt, timings = res.prompt, dict(res.timings)
         except UsageError as exc:  # this question cannot be asked (e.g. its doc is not in the store)
             # scored as a miss in every metric it would have counted for (score_item);

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import time
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -13,19 +14,15 @@ from ragkit.generate.base import Choice, Generation, choice_from_tokens, free_th
 from ragkit.models import resolve
 from ragkit.paths import chat_template_source
 
-_MODELS: dict[tuple, "LlamaCppGenerator"] = {}
+# the models alive now (weakly: this keeps none alive), closed before interpreter teardown
+_LIVE: "weakref.WeakSet[LlamaCppGenerator]" = weakref.WeakSet()
 
 
 @atexit.register
 def _close_models() -> None:
-    # Free models before interpreter teardown; llama-cpp-python's __del__ fails noisily
-    # once its module globals are gone.
-    for g in list(_MODELS.values()):
-        try:
-            g.llm.close()
-        except Exception:
-            pass
-    _MODELS.clear()
+    # llama-cpp-python's __del__ fails noisily once its module globals are gone
+    for g in list(_LIVE):
+        g.close()
 
 
 class LlamaCppGenerator:
@@ -76,17 +73,20 @@ class LlamaCppGenerator:
         self.llm._ragkit_overrides = self._overrides  # lives exactly as long as the model
         self.n_ctx = cfg.n_ctx
         self.chat_template = chat_template_source(cfg.chat_template, self.llm.metadata)
+        _LIVE.add(self)
+
+    def close(self) -> None:
+        """Free the model's memory now (a Session closes its generator this way)."""
+        try:
+            self.llm.close()
+        except Exception:
+            pass
 
     @classmethod
     def from_settings(cls, settings: Settings, *, vocab_only: bool = False) -> "LlamaCppGenerator":
+        """A new generator for `settings` (a Session holds it: nothing here keeps it)."""
         cfg = settings.generator
-        path = resolve(cfg.model, "generator", settings.cache_dir)
-        key = (str(path), vocab_only, cfg.model_dump_json())
-        if key not in _MODELS:
-            if not vocab_only:  # a full model also serves as the tokenizer
-                _MODELS.pop((str(path), True, cfg.model_dump_json()), None)
-            _MODELS[key] = cls(path, cfg, vocab_only=vocab_only, name=cfg.model)
-        return _MODELS[key]
+        return cls(resolve(cfg.model, "generator", settings.cache_dir), cfg, vocab_only=vocab_only, name=cfg.model)
 
     # ------------------------------------------------------------ tokens
 

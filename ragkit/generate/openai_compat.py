@@ -31,6 +31,7 @@ from __future__ import annotations
 import atexit
 import re
 import time
+import weakref
 from typing import Any, Callable
 
 from ragkit.config import Settings
@@ -65,7 +66,8 @@ _PROMPT_NOT_IDS = re.compile(
     re.I | re.S,
 )
 
-_GENERATORS: dict[tuple, "OpenAICompatGenerator"] = {}
+# the clients alive now (weakly: this keeps none alive), closed before interpreter teardown
+_LIVE: "weakref.WeakSet[OpenAICompatGenerator]" = weakref.WeakSet()
 # top log-probabilities asked per scored position (vLLM's default --max-logprobs is 20)
 TOP_LOGPROBS = 20
 
@@ -76,9 +78,8 @@ class _NoLogprobs(Exception):
 
 @atexit.register
 def _close_clients() -> None:
-    for g in list(_GENERATORS.values()):
+    for g in list(_LIVE):
         g.close()
-    _GENERATORS.clear()
 
 
 class RemoteGeneratorError(RagkitError):
@@ -161,15 +162,13 @@ class OpenAICompatGenerator:
             http_client=http,
         )
         self._httpx2 = httpx2
+        _LIVE.add(self)
 
     @classmethod
     def from_settings(cls, settings: Settings, *, vocab_only: bool = False) -> "OpenAICompatGenerator":
-        # one generator (tokenizer, HTTP connection pool, negotiated route) per configuration;
-        # vocab_only makes no difference: nothing is loaded but the tokenizer
-        key = (settings.generator.model_dump_json(), str(settings.cache_dir))
-        if key not in _GENERATORS:
-            _GENERATORS[key] = cls(settings)
-        return _GENERATORS[key]
+        # vocab_only makes no difference: nothing is loaded but the tokenizer; a Session
+        # holds the generator (tokenizer, HTTP connection pool, negotiated route)
+        return cls(settings)
 
     def close(self) -> None:
         try:

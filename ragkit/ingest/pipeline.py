@@ -10,11 +10,9 @@ order, so commits stay in a deterministic order."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -23,10 +21,19 @@ from ragkit.config import Settings
 from ragkit.embed import Embedder, load_embedder
 from ragkit.errors import DocumentError, StoreError, UsageError
 from ragkit.ingest import embcache
-from ragkit.ingest.loaders import SUPPORTED, load
-from ragkit.ingest.model import Chunk
-from ragkit.ingest.sections import build_sections, chunk_sections
-from ragkit.store import ChromaStore, DocRecord, StoreWriter, open_store
+from ragkit.store import ChromaStore, StoreWriter, open_store
+
+# by job: the sources (ragkit.ingest.sources: files, hashes, chunks, document ids), the
+# parse workers (ragkit.ingest.parsepool), the writer (ragkit.ingest.commit); this module
+# runs the job
+from ragkit.ingest.commit import _ingest_one
+from ragkit.ingest.parsepool import (  # noqa: F401
+    _SPAWN_LOCK, _WORKER, _error_reason, _main_hidden, _worker_init, auto_workers,
+)
+from ragkit.ingest.parsepool import _Parsers as _ParsePool
+from ragkit.ingest.sources import (  # noqa: F401
+    _hash_file, _stat_key, chunk_file, chunking_key, discover, doc_id_for,
+)
 
 
 @dataclass
@@ -61,161 +68,20 @@ class IngestReport:
         }
 
 
-def doc_id_for(sha256: str, chunking: str = "") -> str:
-    """A stored version of a document: its content and how it was cut into chunks
-    (`chunking_key`). The same bytes chunked another way are another version, with chunks
-    of their own, so re-chunking never leaves a longer old version's tail chunks live under
-    the id. 24 hex digits."""
-    if not chunking:
-        return sha256[:24]
-    return hashlib.sha256(f"{sha256}\x00{chunking}".encode()).hexdigest()[:24]
+# ------------------------------------------------------------------ the parse job
 
-
-def chunking_key(settings: Settings, embedder: Embedder) -> str:
-    """What decides the chunks of a file besides its bytes (the settings `chunk_file` reads)."""
-    i = settings.ingest
-    max_tokens = min(i.chunk_tokens or embedder.max_tokens, embedder.max_tokens)
-    # v2: pdfium's U+FFFE read as a hyphen (ragkit/ingest/loaders.py): a PDF ingested before is re-read
-    return (f"v2|{i.pdf_engine}|{max_tokens}|{i.min_chunk_tokens}|{i.max_pages}|{i.ocr_lang}|{i.tables}|"
-            f"{embedder.name}")
-
-
-def discover(paths: list[Path]) -> tuple[list[Path], list[dict]]:
-    """Expand files and folders. Folders are walked without following symlinks (no loops);
-    only supported types are taken from folders, while a file named explicitly is always
-    tried so the user hears why it was refused."""
-    files: list[Path] = []
-    failed: list[dict] = []
-    seen: set[str] = set()
-
-    def add(p: Path) -> None:
-        key = os.path.abspath(p)
-        if key not in seen:
-            seen.add(key)
-            files.append(Path(key))
-
-    for p in paths:
-        try:
-            if p.is_dir():
-                for root, dirs, names in os.walk(p, followlinks=False, onerror=None):
-                    dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                    for n in sorted(names):
-                        fp = Path(root) / n
-                        if n.startswith((".", "~$")) or fp.suffix.lower() not in SUPPORTED:
-                            continue
-                        add(fp)
-            elif p.exists() or p.is_symlink():
-                add(p)
-            else:
-                failed.append({"path": str(p), "error": "no such file or folder"})
-        except OSError as exc:
-            failed.append({"path": str(p), "error": f"cannot read: {exc.strerror or exc}"})
-    return files, failed
-
-
-def _hash_file(path: Path) -> str:
-    h = hashlib.sha256()
-    if os.path.islink(path):
-        try:
-            os.stat(path)
-        except FileNotFoundError:
-            raise DocumentError(str(path), f"broken symbolic link (points to {os.readlink(path)})") from None
-        except OSError as exc:
-            if exc.errno == 40:  # ELOOP
-                raise DocumentError(str(path), "symbolic link loop") from None
-    try:
-        with open(path, "rb") as f:
-            while block := f.read(1 << 20):
-                h.update(block)
-    except FileNotFoundError:
-        raise DocumentError(str(path), "file vanished before it could be read") from None
-    except PermissionError:
-        raise DocumentError(str(path), "permission denied") from None
-    except IsADirectoryError:
-        raise DocumentError(str(path), "is a folder") from None
-    except OSError as exc:
-        if exc.errno == 40:  # ELOOP
-            raise DocumentError(str(path), "symbolic link loop") from None
-        raise DocumentError(str(path), f"cannot read file: {exc.strerror or exc}") from None
-    return h.hexdigest()
-
-
-def chunk_file(path: Path, settings: Settings, embedder: Embedder) -> tuple[list[Chunk], int, int | None]:
-    """Parse one file into chunks. Returns (chunks, n_sections, n_pages)."""
-    try:
-        size = path.stat().st_size
-    except OSError:
-        size = 0
-    if size > settings.ingest.max_file_mb * 1024 * 1024:
-        raise DocumentError(str(path), f"file is {size / 1e6:.0f} MB, over the limit of {settings.ingest.max_file_mb} MB (setting ingest.max_file_mb)")
-    blocks = load(
-        path,
-        pdf_engine=settings.ingest.pdf_engine,
-        max_pages=settings.ingest.max_pages,
-        max_docx_inflated_mb=settings.ingest.max_docx_inflated_mb,
-        ocr_lang=settings.ingest.ocr_lang,
-        tables=settings.ingest.tables,
-    )
-    sections = build_sections(blocks)
-    max_tokens = settings.ingest.chunk_tokens or embedder.max_tokens
-    max_tokens = min(max_tokens, embedder.max_tokens)
-    chunks = chunk_sections(sections, embedder.count_tokens, max_tokens, settings.ingest.min_chunk_tokens)
-    pages = [b.page for b in blocks if b.page is not None]
-    return chunks, len(sections), (max(pages) if pages else None)
-
-
-def auto_workers() -> int:
-    """Parse processes when `ingest.workers` is 0: the cores this process may use, less
-    the load already on them, less one for the embedder's own process; at least one."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = 0.0
-    return max(1, min(8, int(cores - load) - 1))
-
-
-def _error_reason(exc: BaseException) -> str:
-    """The per-file message for an unexpected failure (a bug or a library error)."""
-    return f"could not be read ({type(exc).__name__}: {str(exc)[:160]})"
-
-
-# ------------------------------------------------------------------ parse workers
-
-_WORKER: dict = {}
-
-
-def _worker_init(settings: Settings) -> None:
-    import signal
-    import threading
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends the workers
-    _WORKER["settings"] = settings
-    parent = os.getppid()
-
-    def watch() -> None:
-        # A parent killed with -9 never tells its pool: the workers would wait on their
-        # queue forever (seen here). Leave when the parent is gone (re-parented).
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="ragkit-parent-watch", daemon=True).start()
-
-
-def _parse_one(path: str, settings: Settings | None = None) -> tuple:
+def _parse_one(path: str, settings: Settings | None = None, embedder: Embedder | None = None) -> tuple:
     """Parse one file; every failure comes back as ("error", reason), the same reason
-    the batch reports. Runs in a worker process (or in this one, `overlap=False`)."""
+    the batch reports. Runs in a worker process (a pool's or Ray's: the embedder is the
+    worker's, loaded once), or in this one (`overlap=False`: the caller's `embedder`)."""
     from ragkit.ingest import loaders
 
     settings = settings or _WORKER["settings"]
+    embedder = embedder or _worker_embedder(settings)
     before = dict(loaders.STATS)
     t0 = time.perf_counter()
     try:
-        chunks, n_sections, n_pages = chunk_file(Path(path), settings, load_embedder(settings))
+        chunks, n_sections, n_pages = chunk_file(Path(path), settings, embedder)
     except DocumentError as exc:
         return ("error", exc.reason)
     except (KeyboardInterrupt, SystemExit):
@@ -228,173 +94,25 @@ def _parse_one(path: str, settings: Settings | None = None) -> tuple:
     return ("ok", chunks, n_sections, n_pages, time.perf_counter() - t0, stats)
 
 
-_SPAWN_LOCK = __import__("threading").Lock()
+def _worker_embedder(settings: Settings) -> Embedder:
+    """The worker process's embedder for `settings.embed` (parse workers and Ray tasks get
+    many files each: the model loads once per process, not per file)."""
+    key = (settings.embed.model_dump_json(), str(settings.cache_dir))
+    got = _WORKER.get("embedder")
+    if got is None or got[0] != key:
+        got = _WORKER["embedder"] = (key, load_embedder(settings))
+    return got[1]
 
 
-@contextmanager
-def _main_hidden():
-    """Spawn workers without re-running the caller's `__main__` in them.
-
-    multiprocessing's spawn imports the parent's main module in every child so that
-    functions defined there can be unpickled. The parse job lives in this module and needs
-    nothing from `__main__`, while re-importing it breaks real callers: a script that calls
-    ingest() at top level without an `if __name__ == "__main__"` guard (as in the README)
-    would start ingest again in each worker, and code read from stdin has no file to import.
-    So while a worker is being spawned, `__main__` is a blank module (a few milliseconds)."""
-    import sys
-    import types
-
-    with _SPAWN_LOCK:
-        real = sys.modules.get("__main__")
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
-            yield
-        finally:
-            if real is not None:
-                sys.modules["__main__"] = real
-
-
-class _Parsers:
-    """Files parsed ahead of the embedder, results taken in file order.
-
-    A pool of `workers` processes (spawned, not forked: the parent may hold torch's
-    threads) keeps up to 2 x workers files in flight. A worker that dies (a crash inside
-    a parser, the OOM killer) breaks the pool: the pool is rebuilt and the file retried
-    once alone; if it kills its worker again, that file fails with a clear reason and the
-    others go on. With workers = 0 each file is parsed here, when its turn comes."""
+class _Parsers(_ParsePool):
+    """The parse-worker pool (ragkit.ingest.parsepool), with `_parse_one` as its job
+    unless another is given."""
 
     def __init__(self, settings: Settings, workers: int, on_done: Callable[[str, tuple], None], job: Callable = None):
-        from collections import deque
-
-        self.job = job or _parse_one  # a module-level function (it is pickled by name)
-        self.settings = settings
-        self.workers = workers
-        self.on_done = on_done  # called in this thread, from drain()
-        self.todo: deque[str] = deque()
-        self.futures: dict[str, object] = {}
-        self.pool = None
-        import queue
-
-        self.done: queue.SimpleQueue = queue.SimpleQueue()  # (path, result), filled by the pool's thread
-
-    def _pool(self):
-        if self.pool is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            self.pool = ProcessPoolExecutor(
-                self.workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_worker_init, initargs=(self.settings,),
-            )
-        return self.pool
-
-    def plan(self, paths: list[str]) -> None:
-        self.todo.extend(paths)
-        self._fill()
-
-    def _submit(self, path: str):
-        with _main_hidden():  # submit() is where the pool spawns its workers
-            fut = self._pool().submit(self.job, path)
-
-        def done(f, path=path):
-            if not f.cancelled() and f.exception() is None:
-                self.done.put((path, f.result()))
-
-        fut.add_done_callback(done)
-        return fut
-
-    def _fill(self) -> None:
-        from concurrent.futures.process import BrokenProcessPool
-
-        if self.workers <= 0:
-            return
-        while self.todo and len(self.futures) < 2 * self.workers:
-            path = self.todo.popleft()
-            try:
-                self.futures[path] = self._submit(path)
-            except BrokenProcessPool:  # a worker died since: result() finds out and rebuilds the pool
-                self.todo.appendleft(path)
-                return
-
-    def drain(self) -> None:
-        """Report the parses that finished since the last call (in this thread)."""
-        while True:
-            try:
-                path, res = self.done.get_nowait()
-            except Exception:
-                return
-            self.on_done(path, res)
-
-    def result(self, path: str) -> tuple:
-        """The parse of `path` (the next file in order, or any file again, parsed now)."""
-        from concurrent.futures.process import BrokenProcessPool
-
-        if self.workers <= 0:
-            res = self.job(path, self.settings)
-            self.on_done(path, res)
-            return res
-        if path in self.todo:
-            self.todo.remove(path)
-        try:
-            fut = self.futures.pop(path, None) or self._submit(path)
-            self._fill()  # keep the workers busy while this file embeds
-            res = fut.result()
-        except BrokenProcessPool:
-            res = self._retry_alone(path)
-        self.drain()
-        return res
-
-    def _retry_alone(self, path: str) -> tuple:
-        from concurrent.futures.process import BrokenProcessPool
-
-        self._restart()
-        try:
-            res = self._submit(path).result()
-        except BrokenProcessPool:
-            self._restart()
-            res = ("error", "the parser crashed on this file (its worker process died); the other files went on")
-        self._fill()
-        return res
-
-    def _restart(self) -> None:
-        """A broken pool: drop it and resubmit what was in flight, in order (results that
-        came back before it broke are kept)."""
-        ok = lambda f: f.done() and not f.cancelled() and f.exception() is None  # noqa: E731
-        pending = [p for p, f in self.futures.items() if not ok(f)]
-        for p in pending:
-            del self.futures[p]
-        self.close(kill=True)
-        self.todo.extendleft(reversed(pending))
-
-    def close(self, kill: bool = False) -> None:
-        if self.pool is None:
-            return
-        pool, self.pool = self.pool, None
-        if not kill:
-            pool.shutdown(wait=True)
-            return
-        # ProcessPoolExecutor has no public way to stop running workers before Python 3.14
-        # (terminate_workers); a parse can take seconds, so end them instead of waiting.
-        procs = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for p in procs:
-            try:
-                p.kill()
-            except Exception:
-                pass
-        for p in procs:
-            p.join(5)
+        super().__init__(settings, workers, on_done, job or _parse_one)
 
 
 # ------------------------------------------------------------------ the job
-
-
-def _stat_key(path: Path) -> tuple | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 def ingest(
@@ -486,6 +204,8 @@ def ingest(
 
         make_parsers = parsers
         parsers = make_parsers(settings, parse_done) if make_parsers is not None else _Parsers(settings, workers, parse_done)
+        if getattr(parsers, "embedder", ...) is None:
+            parsers.embedder = embedder  # files parsed here count tokens with the embedder of this ingest
         try:
             parsers.plan(to_parse)
             for path, key, sha, st, old, state in plan:
@@ -527,96 +247,6 @@ def ingest(
         tm["index_s"] += time.perf_counter() - t0
     tm["wall_s"] = time.perf_counter() - t_start
     return report
-
-
-def _ingest_one(path, key, sha, st, old, store, settings, embedder, ident, parsers, report, existing, emit,
-                chunking: str = "") -> None:
-    """Parse result -> vectors (cache, then embedder) -> chunks written -> commit."""
-    tm = report.timings
-    for attempt in range(2):
-        t0 = time.perf_counter()
-        res = parsers.result(key)
-        tm["wait_parse_s"] += time.perf_counter() - t0
-        if res[0] == "error":
-            raise DocumentError(key, res[1])
-        now = _stat_key(path)
-        if now is None:
-            raise DocumentError(key, "file vanished during ingest (after it was read)")
-        if now == st:
-            break
-        # the file changed after it was hashed: what was parsed may not be what was hashed
-        if attempt == 1:
-            raise DocumentError(key, "file kept changing while it was being ingested; run ingest again when it is written")
-        st = now
-        sha = _hash_file(path)
-    _, chunks, n_sections, n_pages, t_parse, _stats = res
-    doc_id = doc_id_for(sha, chunking)
-    t0 = time.perf_counter()
-    n_existing = store.has_chunks(doc_id)
-    tm["store_s"] += time.perf_counter() - t0
-    if n_existing != len(chunks):  # same content may already be stored under another path
-        texts = [c.embed_text() for c in chunks]
-        hashes = [embcache.text_hash(ident, t) for t in texts]
-
-        def embed(todo: list[str]) -> list[list[float]]:
-            emit("parsed", {"path": key, "chunks": len(chunks), "to_embed": len(todo), "from_cache": len(chunks) - len(todo)})
-
-            def progress(n: int) -> None:
-                emit("embedded", {"n": n})
-                parsers.drain()
-
-            t1 = time.perf_counter()
-            try:
-                return embedder.embed_documents(todo, progress=progress)
-            finally:
-                tm["embed_s"] += time.perf_counter() - t1
-
-        vectors, n_embedded, t_lookup = embcache.embed_with_cache(texts, hashes, store.vectors_by_text_hash, embed)
-        tm["lookup_s"] += t_lookup
-        if n_embedded == 0:
-            emit("parsed", {"path": key, "chunks": len(chunks), "to_embed": 0, "from_cache": len(chunks)})
-        ids = [f"{doc_id}:{i:05d}" for i in range(len(chunks))]
-        metas = [
-            {
-                "doc_id": doc_id,
-                "doc_name": path.name,
-                "section": c.section,
-                "page_start": c.page_start,
-                "page_end": c.page_end,
-                "chunk_index": i,
-                "char_start": c.char_start,
-                "char_end": c.char_end,
-                "kind": c.kind,
-                "tokens": c.tokens,
-                "text_hash": h,  # the embedding cache's key (ragkit.ingest.embcache)
-            }
-            for i, (c, h) in enumerate(zip(chunks, hashes))
-        ]
-        t0 = time.perf_counter()
-        store.add_chunks(ids, vectors, [c.text for c in chunks], metas)
-        tm["store_s"] += time.perf_counter() - t0
-        report.chunks += len(chunks)
-        report.chunks_embedded += n_embedded
-        report.chunks_from_cache += len(chunks) - n_embedded
-    else:
-        emit("parsed", {"path": key, "chunks": len(chunks), "to_embed": 0, "from_cache": 0})
-    record = DocRecord(
-        key=key, doc_id=doc_id, name=path.name, path=key, sha256=sha, n_chunks=len(chunks),
-        n_sections=n_sections, n_pages=n_pages, ingested_at=time.time(),
-    )
-    t0 = time.perf_counter()
-    store.commit_document(record)  # the commit point
-    if old is not None and old.doc_id != doc_id:
-        store._delete_unreferenced([old.doc_id])
-        report.updated += 1
-        status = "updated"
-    else:
-        report.added += 1
-        status = "added"
-    tm["store_s"] += time.perf_counter() - t0
-    existing[key] = record
-    report.files.append({"path": key, "status": status, "chunks": len(chunks), "parse_s": round(t_parse, 3)})
-    emit("file", {"path": key, "status": status, "chunks": len(chunks)})
 
 
 def sync_lexical_index(store: ChromaStore, settings: Settings) -> None:

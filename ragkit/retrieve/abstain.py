@@ -38,21 +38,22 @@ class Calibration:
         return (best - self.mean) / max(self.std, 1e-3)
 
 
-_CACHE: dict[tuple, Calibration] = {}
-
-
-def calibrate(store, embedder, doc_ids: list[str], *, all_live: bool = False, key: tuple = ()) -> Calibration:
-    """The probes' best scores against `doc_ids` (cached under `key` + the documents)."""
-    ck = (key, getattr(embedder, "name", ""), tuple(sorted(doc_ids)))
-    if ck not in _CACHE:
-        best = []
-        for q in PROBES:
-            top = store.query(embedder.embed_query(q), 1, doc_ids, all_live=all_live)
-            best.append(top[0].score if top else 0.0)
-        if len(_CACHE) > 256:
-            _CACHE.clear()
-        _CACHE[ck] = Calibration(statistics.fmean(best), statistics.pstdev(best), len(best))
-    return _CACHE[ck]
+def calibrate(store, embedder, doc_ids: list[str], *, all_live: bool = False, memo: dict | None = None) -> Calibration:
+    """The probes' best scores against `doc_ids`, kept in `memo` (a Session's, for one store)
+    by the documents' ids: a re-ingested document has a new id, so it calibrates again."""
+    ck = (getattr(embedder, "name", ""), tuple(sorted(doc_ids)), all_live)
+    if memo is not None and ck in memo:
+        return memo[ck]
+    best = []
+    for q in PROBES:
+        top = store.query(embedder.embed_query(q), 1, doc_ids, all_live=all_live)
+        best.append(top[0].score if top else 0.0)
+    made = Calibration(statistics.fmean(best), statistics.pstdev(best), len(best))
+    if memo is not None:
+        if len(memo) > 256:
+            memo.clear()
+        memo[ck] = made
+    return made
 
 
 def reranker_reason(best: float | None, floor: float | None) -> str | None:

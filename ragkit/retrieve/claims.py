@@ -1,7 +1,7 @@
 """Claims tied to sentences: answer -> claims -> the source sentence(s) that support each.
 
     from ragkit.retrieve.claims import attribute
-    claims = attribute(answer, prompt.contexts, load_embedder(settings))
+    claims = attribute(answer, prompt.contexts, session.embedder)
     [c.to_json() for c in claims]   # {"text", "supported", "citations", "support", ...}
 
 A claim is a sentence or a list item of the answer. It is supported by a sentence of the
@@ -238,26 +238,15 @@ ANCHORS = [
     "The bakery sells fresh bread every morning.",
 ]
 
-_VEC_CACHE: dict[tuple[str, str], object] = {}
-_VEC_CACHE_MAX = 20000
-
-
 def _embed_docs(embedder, texts: list[str]):
-    """Document-side vectors (normalised), cached per embedder and text: a follow-up in a
-    chat cites the same sources, and re-embedding them would cost the turn."""
+    """Document-side vectors (normalised). A Session's embedder remembers them: a follow-up
+    in a chat cites the same sources, and re-embedding them would cost the turn."""
     import numpy as np
 
-    name = getattr(embedder, "name", type(embedder).__name__)
-    todo = list(dict.fromkeys(t for t in texts if (name, t) not in _VEC_CACHE))
-    if todo:
-        if len(_VEC_CACHE) + len(todo) > _VEC_CACHE_MAX:
-            _VEC_CACHE.clear()
-        for t, v in zip(todo, embedder.embed_documents(todo)):
-            _VEC_CACHE[(name, t)] = _unit(np.asarray(v, dtype=np.float32))
     dim = int(getattr(embedder, "dim", 0) or 0)
     if not texts:
         return np.zeros((0, dim), dtype=np.float32)
-    return np.stack([_VEC_CACHE[(name, t)] for t in texts])
+    return np.stack([_unit(np.asarray(v, dtype=np.float32)) for v in embedder.embed_documents(list(texts))])
 
 
 def _unit(v):

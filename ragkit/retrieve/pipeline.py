@@ -4,7 +4,7 @@
 the store, the lexical index or the prompt budget on its own.
 
     from ragkit.retrieve import retrieve
-    r = retrieve("Which law governs?", settings, docs=["nda.pdf"])
+    r = retrieve("Which law governs?", session, docs=["nda.pdf"])   # a ragkit.session.Session (or Settings)
     r.prompt.ids, r.prompt.contexts, r.abstain_reason, r.timings
 """
 
@@ -22,6 +22,7 @@ from ragkit.store import DocRecord, Hit
 
 if TYPE_CHECKING:
     from ragkit.retrieve.rerank import RerankInfo
+    from ragkit.session import Session
 
 
 @dataclass
@@ -34,25 +35,27 @@ class Retrieval:
     rerank: "RerankInfo | None" = None  # the cross-encoder stage: backend, pool, best score, cost
 
 
-def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *, generator=None,
+def retrieve(question: str, settings: "Session | Settings", docs: list[str] | None = None, *, generator=None,
              context: str | None = None, context_reserve: int = 0) -> Retrieval:
     """Rank the sources for `question` (restricted to `docs` when named) and pack them into
-    a prompt within the generator's budget. `generator` supplies the tokenizer and chat
-    template; without one, the configured generator is loaded for its vocabulary only.
+    a prompt within the generator's budget, with the session's embedder, store, lexical
+    index and reranker (a Settings gets a Session for this call). `generator` supplies the
+    tokenizer and chat template; without one, the session's (its vocabulary only when the
+    generator is not loaded).
 
     `context` (earlier turns of a conversation, plain text) goes into the prompt after the
     sources and before the question; it is not searched with. `context_reserve` prompt
     tokens are set aside for it whether or not it is given, so a first question and its
     follow-ups pack the same sources (and share their KV-cached prefix)."""
-    from ragkit.embed import load_embedder
-    from ragkit.retrieve.rerank import load_reranker
-    from ragkit.store import open_store
+    from ragkit.session import Session
 
     t0 = time.perf_counter()
+    session = Session.of(settings)
+    settings = session.settings
     # first: a reranker whose pinned files do not match is refused before anything loads
-    reranker = load_reranker(settings) if settings.retrieve.rerank_pool > 0 else None
-    embedder = load_embedder(settings)
-    store = open_store(settings, embedder, create=False)
+    reranker = session.reranker
+    embedder = session.embedder
+    store = session.store
     rs = settings.retrieve
     from ragkit.retrieve.query import search_query
 
@@ -69,7 +72,7 @@ def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *
             from ragkit.retrieve import bm25
 
             folder = bm25.index_dir(settings.store, settings.store_url, settings.collection, settings.cache_dir)
-            lexical = bm25.open_index(store, folder, [r.doc_id for r in records])
+            lexical = bm25.open_index(store, folder, [r.doc_id for r in records], memo=session.memo("lexical"))
         cands = hybrid_search(
             store, searched, qvec, selected, rs.candidates, mode=rs.mode, lexical=lexical, rrf_k=rs.rrf_k,
             per_doc=bool(docs), all_docs=not docs, bm25_weight=rs.bm25_weight,
@@ -88,15 +91,13 @@ def retrieve(question: str, settings: Settings, docs: list[str] | None = None, *
             from ragkit.retrieve.abstain import calibrate
 
             calibration = calibrate(store, embedder, sorted({d.doc_id for d in selected}), all_live=not docs,
-                                    key=(str(settings.store_url or settings.store), settings.collection))
+                                    memo=session.memo("calibration"))
     notes: dict = {}
     cands = rank_stages(searched, qvec, cands, whole, embedder, settings, reranker=reranker, notes=notes)
     rinfo = notes.get("rerank")
     t1 = time.perf_counter()
     if generator is None:
-        from ragkit.generate import load_generator
-
-        generator = load_generator(settings, vocab_only=True)
+        generator = session.tokenizer
     builder = PromptBuilder(generator, n_ctx=settings.generator.n_ctx, max_tokens=settings.generator.max_tokens)
     several = bool(docs) and len(selected) > 1
     asked = question

@@ -3,7 +3,7 @@
 cannot be verified or when the question asks for the clause itself (`best_passages`).
 
     from ragkit.retrieve.quotes import best_passages, is_extractive
-    found = best_passages(question, prompt.contexts, load_embedder(settings))
+    found = best_passages(question, prompt.contexts, session.embedder)
     found.passages      # [Passage(doc, page, section, quote, ...)], best first
     found.not_found     # why the sources do not hold the answer, or None
 

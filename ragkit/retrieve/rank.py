@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections import OrderedDict
 
 from ragkit.store import Hit
 
@@ -29,8 +28,6 @@ _UNIT = re.compile(r"(?<=[.;:!?])\s+(?=[\"“(A-Z0-9])|\s+(?=\((?:[a-z]{1,3}|[iv
 MIN_UNIT_WORDS = 4
 MAX_UNITS_PER_CHUNK = 40
 
-_VEC_CACHE: "OrderedDict[tuple[str, str], list[float]]" = OrderedDict()
-_VEC_CACHE_MAX = 50_000
 
 
 def units(text: str) -> list[str]:
@@ -60,20 +57,8 @@ def _leaf(section: str | None) -> str:
 
 
 def _vectors(embedder, texts: list[str]) -> list[list[float]]:
-    """Document-side vectors for `texts`, from the process cache where they are known."""
-    key = getattr(embedder, "name", type(embedder).__name__)
-    missing = list(dict.fromkeys(t for t in texts if (key, t) not in _VEC_CACHE))
-    if missing:
-        for t, v in zip(missing, embedder.embed_documents(missing)):
-            _VEC_CACHE[(key, t)] = v
-        while len(_VEC_CACHE) > _VEC_CACHE_MAX:
-            _VEC_CACHE.popitem(last=False)
-    out = []
-    for t in texts:
-        v = _VEC_CACHE[(key, t)]
-        _VEC_CACHE.move_to_end((key, t))
-        out.append(v)
-    return out
+    """Document-side vectors for `texts` (a Session's embedder remembers those it made)."""
+    return embedder.embed_documents(list(texts)) if texts else []
 
 
 def _rrf_scores(rankings: list[tuple[list[str], float]], k: int) -> dict[str, float]:

@@ -119,17 +119,14 @@ def hybrid_search(
     return merged
 
 
-_RERANKERS: dict[str, object] = {}
+def rerank(query: str, hits: list[Hit], model, top: int) -> list[Hit]:
+    """Reorder the first `top` hits by a cross-encoder's scores alone (the pipeline's stage
+    fuses them with the ranking instead: ragkit.retrieve.rerank). `model`: a Reranker (a
+    Session's), or the path of a sentence-transformers CrossEncoder folder, loaded for this call."""
+    if isinstance(model, (str, Path)):
+        from ragkit.retrieve.rerank import SentenceTransformersCrossEncoder
 
-
-def rerank(query: str, hits: list[Hit], model_path: str, top: int) -> list[Hit]:
-    """Reorder the first `top` hits by a local sentence-transformers CrossEncoder's scores
-    alone (the pipeline's stage fuses them with the ranking instead: ragkit.retrieve.rerank)."""
-    from ragkit.retrieve.rerank import SentenceTransformersCrossEncoder
-
-    if model_path not in _RERANKERS:
-        _RERANKERS[model_path] = SentenceTransformersCrossEncoder(Path(model_path))
-    model = _RERANKERS[model_path]
+        model = SentenceTransformersCrossEncoder(Path(model))
     head, tail = hits[:top], hits[top:]
     if not head:
         return hits

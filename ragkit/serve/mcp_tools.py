@@ -246,7 +246,7 @@ class RagkitTools:
             "generator": s.generator.model_copy(update={"n_ctx": max_tokens + fixed + s.generator.max_tokens}),
             "retrieve": s.retrieve.model_copy(update={"top_k": top_k, "candidates": max(s.retrieve.candidates, 3 * top_k)}),
         })
-        r = retrieve(q, sized, [x.name for x in recs] or None, generator=gen)
+        r = retrieve(q, self.state.session.with_settings(sized), [x.name for x in recs] or None, generator=gen)
         contexts = r.prompt.contexts
         if r.prompt.mode == "whole":  # every chunk went in: keep those the search ranked
             contexts = [c for c in contexts if c.score > 0] or contexts
@@ -278,7 +278,7 @@ class RagkitTools:
         recs = self.pick(docs)
         self._records_or_fail()
         with self.state.generator_lock:  # one generation at a time
-            result = run_ask(q, self.settings, [r.name for r in recs] or None, generator=self.state.generator)
+            result = run_ask(q, self.state.session, [r.name for r in recs] or None)
         out = result.to_json()
         by_n = {c.n: c for c in result.prompt.contexts}
         cites = []
@@ -320,7 +320,7 @@ class RagkitTools:
                 on_progress(done, total, f"{doc}: {item}")
 
         with self.state.generator_lock:  # never beside an answer: one model, one KV cache
-            result = run_compare(names, self.settings, checklist, items=wanted or None, on_progress=progress)
+            result = run_compare(names, self.state.session, checklist, items=wanted or None, on_progress=progress)
         return result.to_json()
 
     # ------------------------------------------------------------ text of pages and documents

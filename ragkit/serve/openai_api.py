@@ -245,8 +245,8 @@ def start_answer(state: ServeState, job: Job, events: Events, *, question: str, 
         events.put("text", piece)
 
     def answer():
-        return ask(question, settings, docs or None, on_text=on_text, context=context,
-                   context_reserve=settings.serve.history_tokens, max_tokens=max_tokens, generator=state.generator)
+        return ask(question, state.session, docs or None, on_text=on_text, context=context,
+                   context_reserve=settings.serve.history_tokens, max_tokens=max_tokens)
 
     def work() -> None:
         try:

@@ -1,14 +1,15 @@
-"""What one `ragkit serve` process holds: the settings, the loaded embedder and
-generator (one `Llama`, so its KV cache carries over from request to request), the
-generation queue, and an open store.
+"""What one `ragkit serve` process holds: its Session (the loaded embedder, reranker,
+generator: one `Llama`, so its KV cache carries over from request to request, and the
+open store), and the generation queue.
 
 Routes reach it as `request.app.state.ragkit`:
 
     state = request.app.state.ragkit
     state.settings            # ragkit.config.Settings
-    state.generator           # the loaded generator (ragkit.generate.Generator)
-    state.embedder            # the loaded embedder
-    state.store()             # an open ragkit.store.ChromaStore (cached; raises StoreError)
+    state.session             # ragkit.session.Session: what ask/compare/retrieve are given
+    state.generator           # the loaded generator (ragkit.generate.Generator), or None
+    state.embedder            # the loaded embedder, or None
+    state.store()             # the session's open ragkit.store.ChromaStore (raises StoreError)
     state.documents()         # the ingested DocRecords ([] while no store exists yet)
     state.reload_documents()  # after an ingest or upload: reopen the store, list again
                               # (`state.invalidate()`: the same, without the listing)
@@ -56,16 +57,16 @@ class Job:
 
 class ServeState:
     def __init__(self, settings: Settings, *, token: str | None = None, max_queue: int = 4):
+        from ragkit.session import Session
+
         self.settings = settings
+        self.session = Session(settings)
         self.token = token
         self.max_queue = max(0, int(max_queue))
-        self.generator = None
-        self.embedder = None
         self.created = int(time.time())
         self.busy = False
         self.stats = {"answered": 0, "cancelled": 0, "refused": 0, "failed": 0}
         self._load_lock = threading.Lock()
-        self._store = None
         self._store_lock = threading.Lock()
         self._jobs: set[Job] = set()
         self._admit_lock = threading.Lock()
@@ -76,21 +77,23 @@ class ServeState:
     # ------------------------------------------------------------ models
 
     def load(self) -> None:
-        """Load the embedder and the generator (both cached per settings by ragkit).
+        """Load the session's embedder and generator now (the generator checked to fit).
         Raises ModelNotFound (and the like) when the model cannot load."""
         with self._load_lock:
-            if self.embedder is None:
-                from ragkit.embed import load_embedder
+            self.session.embedder
+            self.session.generator
 
-                self.embedder = load_embedder(self.settings)
-            if self.generator is None:
-                from ragkit.ask import load_checked_generator
+    @property
+    def generator(self):
+        return self.session.generator if self.session.has_generator else None
 
-                self.generator = load_checked_generator(self.settings)
+    @property
+    def embedder(self):
+        return self.session.embedder if self.session.has_embedder else None
 
     @property
     def loaded(self) -> bool:
-        return self.generator is not None and self.embedder is not None
+        return self.session.has_generator and self.session.has_embedder
 
     @property
     def generator_name(self) -> str:
@@ -103,16 +106,10 @@ class ServeState:
         return bool(self.settings.store_url) or (self.settings.store / "chroma").exists()
 
     def store(self):
-        """An open ChromaStore, opened once (a failure is not cached: the next call retries).
-        Raises StoreError: no store yet, another embedder, a newer schema."""
+        """The session's open ChromaStore, opened once (a failure is not kept: the next call
+        retries). Raises StoreError: no store yet, another embedder, a newer schema."""
         with self._store_lock:
-            if self._store is None:
-                from ragkit.embed import load_embedder
-                from ragkit.store import open_store
-
-                embedder = self.embedder or load_embedder(self.settings)
-                self._store = open_store(self.settings, embedder, create=False)
-            return self._store
+            return self.session.store
 
     def documents(self) -> list:
         """The ingested documents ([] while no store exists); StoreError if it is unreadable."""
@@ -123,14 +120,13 @@ class ServeState:
         except StoreError:
             raise
         except Exception as exc:  # a Chroma error on a store that changed under us
-            with self._store_lock:
-                self._store = None
+            self.session.reopen_store()
             raise StoreError(f"cannot read the store: {str(exc).splitlines()[0][:200]}") from None
 
     def invalidate(self) -> None:
         """The store changed (an upload, a removal): reopen it on next use."""
         with self._store_lock:
-            self._store = None
+            self.session.reopen_store()
 
     def reload_documents(self) -> list:
         """Reopen the store (e.g. after an upload created it) and list its documents."""

@@ -28,7 +28,6 @@ from ragkit.store.records import (
 )
 from ragkit.store.sidecars import Sidecars
 
-_DOC_CACHE: dict[tuple, tuple[str, list]] = {}  # (store, collection) -> (version, records)
 
 
 @contextmanager
@@ -59,6 +58,7 @@ class ChromaStore:
 
         self.path = path
         self.url = url
+        self._records: tuple[str, list] | None = None  # (store version, records) of the last documents()
         chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
         try:
             if url:
@@ -171,21 +171,15 @@ class ChromaStore:
         random value on each commit and removal (`bump_version`), read by id (one row). A store
         with no version record yet (written before it existed) is read in full each time."""
         version = self._version()
-        key = self._cache_key()
-        hit = _DOC_CACHE.get(key)
+        hit = self._records
         if version is not None and hit is not None and hit[0] == version:
             return list(hit[1])
         got = self.docs.get(include=["metadatas"])
         recs = [DocRecord.from_meta(i, m) for i, m in zip(got["ids"], got["metadatas"] or []) if i != _VERSION_ID]
         recs = sorted(recs, key=lambda r: (r.name, r.key))
         if version is not None:
-            if len(_DOC_CACHE) > 64:
-                _DOC_CACHE.clear()
-            _DOC_CACHE[key] = (version, recs)
+            self._records = (version, recs)  # this open store's: a Session holds the store, so it lasts
         return list(recs)
-
-    def _cache_key(self) -> tuple:
-        return (self.url or str(Path(self.path).resolve()), self.name)
 
     def _version(self) -> str | None:
         if self.schema < 2:  # an older writer may commit without bumping the row: read in full
@@ -200,7 +194,7 @@ class ChromaStore:
         import uuid
 
         self.docs.upsert(ids=[_VERSION_ID], embeddings=[[0.0]], metadatas=[{"nonce": uuid.uuid4().hex}])
-        _DOC_CACHE.pop(self._cache_key(), None)
+        self._records = None
 
     def read_consistent(self, read: Callable[[list[DocRecord]], T], attempts: int = 5) -> T:
         """`read(records)` on one version of the store. A writer commits a document by

@@ -471,9 +471,6 @@ def _write_manifest(folder: Path, segments: list[Segment], live: dict[str, set[s
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
-_SEGMENTS: dict[str, Segment] = {}  # loaded segments by path (immutable, so never stale)
-_OPEN: dict[str, tuple] = {}  # folder -> (manifest key, live fingerprint, index) of the last open_index
-
 
 def _read_manifest(folder: Path):
     try:
@@ -486,9 +483,11 @@ def _read_manifest(folder: Path):
     return (st.st_ino, st.st_mtime_ns, st.st_size), man
 
 
-def _load_saved(folder: Path):
+def _load_saved(folder: Path, loaded: dict[str, Segment] | None = None):
     """(index, manifest key) of the saved index, or None. A segment that vanished under a
-    concurrent writer's cleanup means a newer manifest: read again."""
+    concurrent writer's cleanup means a newer manifest: read again. `loaded`: segments read
+    before, by path (a segment is immutable), kept by the caller."""
+    segments = {} if loaded is None else loaded
     for _ in range(3):
         key, man = _read_manifest(folder)
         if man is None:
@@ -497,15 +496,15 @@ def _load_saved(folder: Path):
             segs = []
             for entry in man["segments"]:
                 p = str(folder / entry["name"])
-                if p not in _SEGMENTS:
-                    _SEGMENTS[p] = Segment.load(Path(p))
-                segs.append(_SEGMENTS[p])
+                if p not in segments:
+                    segments[p] = Segment.load(Path(p))
+                segs.append(segments[p])
         except (OSError, ValueError, KeyError):
             continue
         live = {e["name"]: set(e["live"]) for e in man["segments"]}
         names = {str(folder / e["name"]) for e in man["segments"]}
-        for p in [p for p in _SEGMENTS if p.startswith(str(folder) + os.sep) and p not in names]:
-            _SEGMENTS.pop(p, None)
+        for p in [p for p in segments if p.startswith(str(folder) + os.sep) and p not in names]:
+            segments.pop(p, None)
         return BM25Index(segs, live), key
     return None
 
@@ -603,22 +602,24 @@ def refresh(store, folder: Path) -> bool:
     return True
 
 
-def open_index(store, folder: Path, live_doc_ids: list[str]) -> BM25Index:
+def open_index(store, folder: Path, live_doc_ids: list[str], memo: dict | None = None) -> BM25Index:
     """An index over exactly the live documents: the saved one when it matches the store;
     else the saved segments with the documents no longer live left out and the ones not
     indexed yet (a writer between its commit and its index update, or one that crashed
-    there) indexed in memory. Cached in the process while the manifest and the live set
-    stay the same."""
+    there) indexed in memory. Kept in `memo` (a Session's) while the manifest and the live
+    set stay the same, with the segments it loaded (immutable, so never stale)."""
+    memo = {} if memo is None else memo
+    opened = memo.setdefault("open", {})
     fp = fingerprint(live_doc_ids)
     try:
         st = os.stat(folder / "manifest.json")
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
     except OSError:
         key = None
-    cached = _OPEN.get(str(folder))
+    cached = opened.get(str(folder))
     if cached is not None and cached[0] == key and cached[1] == fp:
         return cached[2]
-    got = _load_saved(folder)
+    got = _load_saved(folder, memo.setdefault("segments", {}))
     index = got[0] if got is not None else None
     if index is not None and index.fp == fp:
         out = index
@@ -630,5 +631,5 @@ def open_index(store, folder: Path, live_doc_ids: list[str]) -> BM25Index:
         live = {d: n_chunks.get(d) for d in live_doc_ids}
         segs, lv, _ = _with_live(index, store, live)
         out = BM25Index(segs, lv)
-    _OPEN[str(folder)] = (got[1] if got is not None else key, fp, out)
+    opened[str(folder)] = (got[1] if got is not None else key, fp, out)
     return out
