@@ -71,7 +71,6 @@ async def compare(request: Request, body: CompareBody, wait: bool = False) -> JS
     names = list(dict.fromkeys(r.name for r in picked))
     job = web.jobs.new("compare", total=len(names) * len(chosen))
     job.paths = {r.name: r.path for r in picked}
-    settings = web.settings
     serve = web.serve
 
     def work(j: Job) -> dict:
