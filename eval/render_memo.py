@@ -4,7 +4,7 @@
                                          [--docx memo.docx] [--out docs/memo.png] [--width 1400]
 
 Ingests the two NDAs into a temporary store (or uses --store), compares them with the
-default model (`ragkit.compare.compare`), writes the memo (`ragkit.compare_docx.to_docx`),
+default model (`ragkit.compare.compare`), writes the memo (`ragkit.compare.docx.to_docx`),
 converts it to PDF with LibreOffice headless (a fresh profile each run) and renders the
 first page with pypdfium2 at about --width pixels.
 """
@@ -62,7 +62,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from ragkit.compare import compare
-    from ragkit.compare_docx import to_docx
+    from ragkit.compare.docx import to_docx
     from ragkit.config import load_settings
     from ragkit.ingest import ingest
 

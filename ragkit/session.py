@@ -2,7 +2,7 @@
 
     from ragkit.config import load_settings
     from ragkit.session import Session
-    from ragkit.ask import ask
+    from ragkit.answer.ask import ask
 
     s = Session(load_settings())
     ask("Which law governs?", s, docs=["nda.pdf"])   # loads the embedder, store, generator

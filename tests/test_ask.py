@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from ragkit.ask import ask
+from ragkit.answer.ask import ask
 from ragkit.cli import app
 from ragkit.errors import UsageError
 

@@ -92,7 +92,7 @@ def test_a_new_process_restores_the_saved_state(first_session, store):
 
 
 def test_a_damaged_state_file_costs_a_prefill_not_the_answer(first_session, store, tmp_path):
-    from ragkit.chat import ChatSession
+    from ragkit.answer.chat import ChatSession
     from ragkit.config import load_settings
 
     _, state = first_session

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from ragkit.ask import match_option
+from ragkit.answer.ask import match_option
 from tests.conftest import make_settings
 
 CLAUSE = "7.2 The obligations of confidentiality survive for three (3) years after termination of this Agreement."
@@ -122,7 +122,7 @@ def test_match_option(text, option):
 def test_ask_choice_reads_the_option_from_text_when_the_engine_gives_no_scores(nda_store, monkeypatch):
     """FAKE generator (unit test): an engine without `choose`, e.g. a remote server; the
     option is read from its short answer and marked as not scored."""
-    import ragkit.ask as ask_mod
+    import ragkit.answer.ask as ask_mod
     from ragkit.generate import Generation, load_generator
 
     real = load_generator(nda_store, vocab_only=True)

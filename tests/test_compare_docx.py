@@ -1,4 +1,4 @@
-"""The comparison memo as a Word document (ragkit.compare_docx; `ragkit compare ...
+"""The comparison memo as a Word document (ragkit.compare.docx; `ragkit compare ...
 --format docx --out memo.docx`; the web page's Word export).
 
 The memo under test is a real comparison: two sample NDAs in the real Chroma store,
@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 import ragkit.compare
 from ragkit.cli import app
 from ragkit.compare import ChecklistItem, Comparison, Finding, Row, cost_line, missing
-from ragkit.compare_docx import MEDIA_TYPE, WARN, WARN_FILL, to_docx
+from ragkit.compare.docx import MEDIA_TYPE, WARN, WARN_FILL, to_docx
 
 BONTERMS = "bonterms-mutual-nda-v1.pdf"
 COMMON_MD = "common-paper-mutual-nda-v1-standard-terms.md"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ragkit.eval.sets import EvalItem
-from ragkit.retrieve.citations import extract
+from ragkit.answer.citations import extract
 from ragkit.retrieve.prompt import Context
 
 LAW = "This Agreement is governed by the laws of Delaware, and its courts have exclusive jurisdiction."

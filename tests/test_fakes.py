@@ -42,7 +42,7 @@ def fake(tmp_path_factory):
 
 
 def _ask(settings, question, answer, docs=(BONTERMS,)):
-    from ragkit.ask import ask
+    from ragkit.answer.ask import ask
     from ragkit.generate.function import FunctionGenerator
 
     gen = FunctionGenerator(lambda prompt: answer)
@@ -74,7 +74,7 @@ def test_a_supported_answer_ties_its_claim_to_the_retention_sentence(fake):
 
 
 def test_the_models_do_not_say_is_unverified_with_the_retention_passage(fake):
-    from ragkit.ask import display_text
+    from ragkit.answer.ask import display_text
 
     r, _ = _ask(fake, BACKUP, "The documents do not say.")
     assert r.outcome == "unverified" and not r.abstained, (r.outcome, r.abstain_reason)

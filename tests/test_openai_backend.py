@@ -15,7 +15,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from ragkit.ask import ask
+from ragkit.answer.ask import ask
 from ragkit.cli import app
 from ragkit.generate import load_generator
 from ragkit.generate.openai_compat import GeneratorUnreachable, OpenAICompatGenerator, PromptTooLong, RemoteGeneratorError
@@ -178,7 +178,7 @@ def test_ask_answers_through_the_server(server, nda_one, no_outbound_network):
     assert len(r.prompt.ids) + 48 <= 2048
     # Citations are expected here: each valid [n] marker is mapped to its source, and an
     # answer without markers is attributed, marked inferred, to the one source holding at
-    # least half of its content words (ragkit.retrieve.citations.extract); this answer
+    # least half of its content words (ragkit.answer.citations.extract); this answer
     # restates clause 7.2 of the only document, and it is repeatable (temperature 0.1,
     # seed 42 sent to the server).
     assert not r.abstained, r.answer

@@ -46,7 +46,7 @@ def embedder(nda_store):
     ("It lasts one year.", "a one-year term"),
 ])
 def test_figures_read_with_text2num_are_supported(claim, source):
-    from ragkit.retrieve.figures import unsupported_figures
+    from ragkit.answer.figures import unsupported_figures
 
     assert unsupported_figures(claim, source) == [], (claim, source)
 
@@ -60,16 +60,16 @@ def test_figures_read_with_text2num_are_supported(claim, source):
     ("It lasts 1 year", "Section 1. Term", ["1 year"]),  # a section number is no period
 ])
 def test_figures_the_source_lacks_are_named(claim, source, missing):
-    from ragkit.retrieve.figures import unsupported_figures
+    from ragkit.answer.figures import unsupported_figures
 
     assert unsupported_figures(claim, source) == missing
 
 
 def test_figures_are_the_pipelines_and_eval_reads_them_the_same_way():
-    """The pipeline does not import eval: the number helpers live in ragkit.retrieve.figures
+    """The pipeline does not import eval: the number helpers live in ragkit.answer.figures
     and ragkit.eval.metrics takes them from there."""
     import ragkit.eval.metrics as M
-    import ragkit.retrieve.figures as F
+    import ragkit.answer.figures as F
 
     assert M.extract_numbers is F.extract_numbers and M.same_number is F.same_number
     src = (__import__("pathlib").Path(F.__file__).parent / "claims.py").read_text(encoding="utf-8")
@@ -79,7 +79,7 @@ def test_figures_are_the_pipelines_and_eval_reads_them_the_same_way():
 # ---------------------------------------------------------------------- claims: adjacent sentences, names
 
 def test_a_claim_takes_its_figures_from_the_sentence_beside_its_own(embedder):
-    from ragkit.retrieve.claims import attribute
+    from ragkit.answer.claims import attribute
 
     a = "The Receiving Party shall keep the Confidential Information secret after this Agreement ends."
     b = "That obligation lasts for three (3) years."
@@ -92,7 +92,7 @@ def test_a_claim_takes_its_figures_from_the_sentence_beside_its_own(embedder):
 
 
 def test_cfr_supports_a_claim_naming_the_code_of_federal_regulations(embedder):
-    from ragkit.retrieve.claims import attribute, missing_names
+    from ragkit.answer.claims import attribute, missing_names
 
     src = "A 510(k) submission must include the information required under 21 CFR 807.87."
     claim = "A 510(k) submission must include the information required by the Code of Federal Regulations, 807.87."
@@ -102,7 +102,7 @@ def test_cfr_supports_a_claim_naming_the_code_of_federal_regulations(embedder):
 
 
 def test_a_name_the_source_lacks_is_a_flag_not_a_veto(embedder):
-    from ragkit.retrieve.claims import attribute
+    from ragkit.answer.claims import attribute
 
     src = "This Agreement is governed by the laws of the State of New York."
     (c,) = attribute("This Agreement with Acme is governed by the laws of the State of New York.", [_ctx(1, src)], embedder)
@@ -115,7 +115,7 @@ def test_bonterms_backup_question_shows_the_retention_sentence_never_do_not_say(
     """The issue's case, with the default generator settings (the 0.5B then answers "The
     recipient cannot retain backup copies", which no sentence supports): unverified, and
     the §7 retention sentence is what the reader sees; or supported by that sentence."""
-    from ragkit.ask import ask, display_text
+    from ragkit.answer.ask import ask, display_text
     from ragkit.cli import app
     from ragkit.config import load_settings
 
@@ -152,7 +152,7 @@ def test_the_models_do_not_say_is_checked_against_the_passages(nda_store):
     passages; when they hold nothing on point, not_found, citing nothing."""
     import time
 
-    from ragkit.ask import AskResult, display_text, finish
+    from ragkit.answer.ask import AskResult, display_text, finish
     from ragkit.generate import Generation
     from ragkit.retrieve import retrieve
 
@@ -175,7 +175,7 @@ def test_a_supported_claim_that_does_not_answer_the_question_is_not_the_answer(n
     §10's sentence on the governing law is quoted."""
     import time
 
-    from ragkit.ask import AskResult, finish
+    from ragkit.answer.ask import AskResult, finish
     from ragkit.generate import Generation
     from ragkit.retrieve import retrieve
 
@@ -190,7 +190,7 @@ def test_a_supported_claim_that_does_not_answer_the_question_is_not_the_answer(n
 
 
 def test_not_found_cites_nothing_and_keeps_abstained_for_compatibility(nda_store):
-    from ragkit.ask import ABSTAIN_TEXT, ask
+    from ragkit.answer.ask import ABSTAIN_TEXT, ask
 
     r = ask("What is the capital of France?", nda_store)
     assert r.outcome == "not_found" and r.abstained and r.answer == ABSTAIN_TEXT and r.citations == []
@@ -201,7 +201,7 @@ def test_not_found_cites_nothing_and_keeps_abstained_for_compatibility(nda_store
 # ---------------------------------------------------------------------- quoted answers
 
 def test_is_extractive_reads_the_clause_asking_forms():
-    from ragkit.retrieve.quotes import is_extractive
+    from ragkit.answer.passages import is_extractive
 
     assert is_extractive("Which part of this contract concerns Non-Compete (Is there a restriction?)? Quote it.")
     assert is_extractive('Highlight the parts (if any) of this contract related to "Governing Law" that should be '
@@ -212,7 +212,7 @@ def test_is_extractive_reads_the_clause_asking_forms():
 
 
 def test_a_question_asking_for_the_clause_is_answered_by_quoting_it(nda_store):
-    from ragkit.ask import ask
+    from ragkit.answer.ask import ask
 
     r = ask("Which part of this contract concerns the return or destruction of Confidential Information? Quote it.",
             nda_store, docs=[BONTERMS])

@@ -87,7 +87,7 @@ def upload(client, files: list[tuple[str, bytes]], wait: bool = True):
 def citation_quote(settings, name: str, claim: str) -> tuple[str, int]:
     """A quote as ragkit's citations make it (best_quote over the stored chunk that
     answers the claim) and the page the citation names (the chunk's first page)."""
-    from ragkit.retrieve.citations import best_quote, content_words
+    from ragkit.answer.citations import best_quote, content_words
 
     from ragkit.embed import load_embedder
     from ragkit.store import open_store

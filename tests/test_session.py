@@ -20,7 +20,7 @@ def session(nda_store):
 
 
 def test_one_session_loads_each_part_once_for_every_question(session):
-    from ragkit.ask import ask
+    from ragkit.answer.ask import ask
     from ragkit.compare import check_item, load_checklist
 
     a = ask(QUESTION, session, [BONTERMS])
@@ -58,7 +58,7 @@ def test_the_sessions_embedder_embeds_a_text_once(session):
 def test_nothing_outside_a_session_keeps_what_it_loaded(nda_store):
     """A call given plain Settings gets a Session for that call; once it returns, the
     generator and the embedder it loaded are freed: no module-level cache holds them."""
-    from ragkit.ask import ask
+    from ragkit.answer.ask import ask
     from ragkit.session import Session
 
     s = Session(nda_store)

@@ -5,7 +5,7 @@ were not tuned on.
   questions about nothing in the documents; the fixed 0.30 cosine gate before it) was set
   on CUAD dev and the FDA guidance with both embedders (eval/bench_abstention.py), first at
   2.5 on the sample NDAs in corpora/nda;
-- the quote weights in ragkit/compare.py (cosine + LEXICAL_WEIGHT 0.3 x word match, the
+- the quote weights in ragkit/answer/passages.py (cosine + LEXICAL_WEIGHT 0.3 x word match, the
   0.03 near tie) were chosen on the 8 rendered ContractNLI NDAs, Bonterms §7 and Common
   Paper §6.
 
@@ -117,7 +117,7 @@ def test_questions_about_other_matters_are_abstained_on_unseen_documents(unseen)
     by no sentence) or by the model itself ("The documents do not say."), which counts: the
     reader sees an abstention either way. A rate: at least 90% (measured 19 of 19 at
     margin 1.5: 17 with a reason, 2 by the model itself; at 2.5, 18 and 1)."""
-    from ragkit.ask import ask
+    from ragkit.answer.ask import ask
 
     def abstained(q: str, doc: str, *, with_reason: bool = True) -> bool:
         r = ask(q, unseen, docs=[doc])

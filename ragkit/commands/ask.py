@@ -17,7 +17,7 @@ def print_claims(result, model_shown: bool = True) -> None:
     First, when the outcome is not "supported", why (the answer text above, `display_text`,
     already says "Not verified against the sources" with the passages, or "The documents do
     not say."; `model_shown`: the model's own text was printed above)."""
-    from ragkit.ask import display_text
+    from ragkit.answer.ask import display_text
     from ragkit.retrieve.prompt import format_location
 
     outcome = getattr(result, "outcome", "supported")
@@ -43,7 +43,7 @@ def print_claims(result, model_shown: bool = True) -> None:
         if c.missing_figures:
             out.print(f"     [yellow]not in the sources:[/] {', '.join(c.missing_figures)}", highlight=False)
         if c.missing_names:
-            # a flag, not a veto (ragkit.retrieve.claims.missing_names): the reader checks the name
+            # a flag, not a veto (ragkit.answer.claims.missing_names): the reader checks the name
             out.print(f"     [yellow]names what its source does not:[/] {', '.join(c.missing_names)}", highlight=False)
 
 
@@ -58,12 +58,12 @@ def register(app: typer.Typer) -> None:
         as_json: bool = JsonOpt,
     ) -> None:
         """Answer a question from the ingested documents, with citations to document, page and section."""
-        from ragkit.ask import ask as run_ask
+        from ragkit.answer.ask import ask as run_ask
         from ragkit.retrieve.prompt import format_location
 
         with command_errors(as_json):
             settings = settings_for(store, profile)
-            from ragkit.ask import StreamGate, display_text
+            from ragkit.answer.ask import StreamGate, display_text
 
             live = settings.retrieve.show_unverified  # else the answer is printed once it is checked
             gate = StreamGate(hold_all=not live)

@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Answer questions one after another (stdin, one a line; /exit ends), keeping the model and its
         KV cache loaded, so follow-ups on the same documents skip the prefill of the documents."""
-        from ragkit.chat import ChatSession
+        from ragkit.answer.chat import ChatSession
         from ragkit.commands._common import INFERRED_NOTE, settings_for, command_errors, err, out
         from ragkit.commands.ask import print_claims
         from ragkit.retrieve.prompt import format_location
@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
             session = ChatSession(settings, doc, state_dir=state_dir)
             if interactive:
                 err.print("[dim]ask a question (empty line skipped, /exit or Ctrl-D ends)[/]")
-            from ragkit.ask import StreamGate, display_text
+            from ragkit.answer.ask import StreamGate, display_text
 
             live = settings.retrieve.show_unverified
             for q in _questions(questions):

@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
             sys.stdout.write(json.dumps(result.to_json(), ensure_ascii=False, indent=2) + "\n")
             return
         if fmt == "docx":
-            from ragkit.compare_docx import to_docx
+            from ragkit.compare.docx import to_docx
 
             try:
                 to_docx(result, out_file)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
-# the number reader is the pipeline's (ragkit.retrieve.figures): the claims check and the
+# the number reader is the pipeline's (ragkit.answer.figures): the claims check and the
 # metrics read figures the same way
-from ragkit.retrieve.figures import _QUOTES, Quantity, extract_numbers, same_number  # noqa: F401
+from ragkit.answer.figures import _QUOTES, Quantity, extract_numbers, same_number  # noqa: F401
 
 # the metrics by job: text and retrieval, figures, answers and labels
 from ragkit.eval.metrics_text import (  # noqa: F401

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from ragkit.eval.metrics_numbers import numeric_match
 from ragkit.eval.metrics_text import evidence_in_text, normalize, quote_matches_evidence
-from ragkit.retrieve.figures import _QUOTES
+from ragkit.answer.figures import _QUOTES
 
 # ---------------------------------------------------------------------- answers
 
@@ -28,7 +28,7 @@ def strip_citations(answer: str | None) -> str:
     return _CITE.sub("", answer or "").strip()
 
 
-# the head of an unverified answer (ragkit.ask.UNVERIFIED_HEAD): not part of what it says
+# the head of an unverified answer (ragkit.answer.ask.UNVERIFIED_HEAD): not part of what it says
 _UNVERIFIED_HEAD = re.compile(r"^\s*Not verified against the sources\.(?: The passages that answer the question best:)?\s*")
 
 
@@ -46,7 +46,7 @@ def answer_body(answer: str | None) -> str:
 
 
 def outcome_of(rec: dict) -> str:
-    """A record's outcome (ragkit.ask: supported | unverified | not_found); records written
+    """A record's outcome (ragkit.answer.ask: supported | unverified | not_found); records written
     before outcomes existed: not_found when abstained, supported when they answered,
     "none" when they hold no answer (a question that errored, scored as a miss)."""
     if rec.get("outcome"):

@@ -98,7 +98,7 @@ class Answerer:
         return next((self._checklist[t] for t in item.tags if t in self._checklist), None)
 
     def answer(self, item: EvalItem) -> dict:
-        from ragkit.ask import ask, ask_choice
+        from ragkit.answer.ask import ask, ask_choice
         from ragkit.retrieve import retrieve
 
         docs = [item.doc] if item.doc else None
@@ -169,7 +169,7 @@ class Answerer:
                 "invalid_citations": list(res.invalid_citations),
                 "claims": [c.to_json() for c in getattr(res, "claims", [])],
                 "abstain_reason": res.abstain_reason,
-                # the three outcomes (ragkit.ask), with the model's own text kept
+                # the three outcomes (ragkit.answer.ask), with the model's own text kept
                 "outcome": getattr(res, "outcome", None),
                 "answer_kind": getattr(res, "answer_kind", None),
                 "model_answer": getattr(res, "model_answer", None),
@@ -543,7 +543,7 @@ def _agg(rows: list[dict]) -> dict:
         "abstain_recall": ab["recall"] if has_unanswerable else None,
         "abstain_rate": (ab["abstained"] / len(ab_rows)) if ab_rows else None,
         # answerable questions not answered: outcome not supported, and not unverified with the
-        # gold evidence among its passages (ragkit.ask: the three outcomes)
+        # gold evidence among its passages (ragkit.answer.ask: the three outcomes)
         "wrongly_refused": sum(bool(r.get("wrongly_refused")) for r in rows) if ab_rows else None,
         "n_answerable": sum(not r["should_abstain"] for r in ab_rows) if ab_rows else None,
         "wrongly_refused_rate": m("wrongly_refused"),
@@ -555,7 +555,7 @@ def _agg(rows: list[dict]) -> dict:
         "valid_citation_rate": m("valid_citation"),  # a marked citation holds the evidence
         "citations_inferred_share": (n_inferred / (n_marked + n_inferred)) if (n_marked + n_inferred) else None,
         "inferred_citation_precision": m("inferred_citation_precision"),  # citations ragkit inferred from wording
-        **M.claim_scores(rows),  # claims tied to source sentences (ragkit.retrieve.claims)
+        **M.claim_scores(rows),  # claims tied to source sentences (ragkit.answer.claims)
         "prompt_tokens_mean": M.mean(tokens),
         "prompt_tokens_p50": M.percentile(tokens, 50),
         "prompt_tokens_p95": M.percentile(tokens, 95),

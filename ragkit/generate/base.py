@@ -111,7 +111,7 @@ class Generator(Protocol):
 
     # Optional: `choose(prompt_ids, options, *, score="mean") -> Choice`: each option
     # scored as the continuation of the prompt (OPTION_SCORES). Engines without it are asked
-    # to generate a few tokens and the option is read from the text (ragkit.ask.ask_choice).
+    # to generate a few tokens and the option is read from the text (ragkit.answer.ask.ask_choice).
 
 
 def _cpu_times() -> tuple[int, int] | None:

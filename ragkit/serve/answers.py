@@ -39,12 +39,12 @@ def claims_json(result) -> list[dict]:
 
 
 def content_text(result, show_model: bool = True) -> str:
-    """The message content: the answer as `ragkit.ask.display_text` reads it (an unverified
+    """The message content: the answer as `ragkit.answer.ask.display_text` reads it (an unverified
     answer: the model's text, marked, then "Not verified against the sources." and the
     passages; never "The documents do not say." for what the documents say), then the
     "Sources:" list. A stream's text pieces are its beginning and the stream ends on the
-    same content (`ragkit.ask.StreamGate`)."""
-    from ragkit.ask import display_text
+    same content (`ragkit.answer.ask.StreamGate`)."""
+    from ragkit.answer.ask import display_text
 
     return display_text(result, show_model=show_model) + sources_text(result)
 

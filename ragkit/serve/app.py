@@ -8,7 +8,7 @@
   /health), and the request body limit;
 - `ragkit.serve.errors`: every error OpenAI-shaped, {"error": {"message", "type", "param", "code"}}.
 
-The app holds no pipeline logic: a request becomes one `ragkit.ask.ask` call on the
+The app holds no pipeline logic: a request becomes one `ragkit.answer.ask.ask` call on the
 loaded generator, in a worker thread, one at a time (`ServeState.run_generation`).
 The names other modules import from here (`Guard`, `is_loopback_host`, `ApiError`,
 `citation_json`...) are re-exported from the modules that define them.

@@ -267,7 +267,7 @@ class RagkitTools:
         """`ragkit ask --json`'s object for the question, plus `outcome`; each citation
         also carries `doc_id`, `page_end` (as `ragkit serve` gives them) and `uri`, the
         page resource that shows it."""
-        from ragkit.ask import ask as run_ask
+        from ragkit.answer.ask import ask as run_ask
         from ragkit.serve.app import citation_json
 
         q = (question or "").strip()

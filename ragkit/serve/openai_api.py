@@ -7,7 +7,7 @@
   (`ragkit:NAME`) and/or `"docs": [NAME, ...]` in the body. Streaming (SSE) or not.
 
 The routes read the shared `ServeState` from `request.app.state.ragkit` (put there by
-`ragkit.serve.app.create_app`). A request becomes one `ragkit.ask.ask` call on the
+`ragkit.serve.app.create_app`). A request becomes one `ragkit.answer.ask.ask` call on the
 loaded generator, in a worker thread, one at a time (`ServeState.run_generation`).
 
 Answers carry their citations twice: in the message content, as a "Sources:" list any
@@ -233,7 +233,7 @@ class Events:
 def start_answer(state: ServeState, job: Job, events: Events, *, question: str, docs: list[str], context: str | None,
                  max_tokens: int | None) -> None:
     """Run one `ask` in a worker thread, holding the generator; report on `events`."""
-    from ragkit.ask import ask
+    from ragkit.answer.ask import ask
 
     settings = state.settings
     counted = {"pieces": 0}
@@ -424,7 +424,7 @@ async def sse(events: Events, ev, rid: str, created: int, model: str, include_us
             obj.setdefault("usage", None)
         return "data: " + json.dumps(obj, ensure_ascii=False) + "\n\n"
 
-    from ragkit.ask import StreamGate
+    from ragkit.answer.ask import StreamGate
 
     finished = False
     # the text is shown as it comes, less what may be the abstention sentence (shown only

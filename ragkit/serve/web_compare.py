@@ -124,10 +124,10 @@ def compare_md(request: Request, job_id: str) -> Response:
 
 @router.get("/api/compare/{job_id}.docx")
 def compare_docx(request: Request, job_id: str) -> Response:
-    """The memo as a Word file (ragkit.compare_docx), written in memory: no path is read or written."""
+    """The memo as a Word file (ragkit.compare.docx), written in memory: no path is read or written."""
     import io
 
-    from ragkit.compare_docx import MEDIA_TYPE, to_docx
+    from ragkit.compare.docx import MEDIA_TYPE, to_docx
 
     job = _finished_comparison(request, job_id)
     buf = io.BytesIO()

@@ -2,7 +2,7 @@
 (`clause_quote`, used by `ragkit compare`) and the passages `ask` shows when an answer
 cannot be verified or when the question asks for the clause itself (`best_passages`).
 
-    from ragkit.retrieve.quotes import best_passages, is_extractive
+    from ragkit.answer.passages import best_passages, is_extractive
     found = best_passages(question, prompt.contexts, session.embedder)
     found.passages      # [Passage(doc, page, section, quote, ...)], best first
     found.not_found     # why the sources do not hold the answer, or None
@@ -178,7 +178,7 @@ class Found:
 def key_terms(question: str, contexts) -> set[str]:
     """The question's content words (stemmed) less the words of its frame ("which part of
     this contract concerns", "quote it") and of the documents' names."""
-    from ragkit.retrieve.citations import content_words
+    from ragkit.answer.citations import content_words
     from ragkit.retrieve.query import search_query
 
     names: set[str] = set()
@@ -201,7 +201,7 @@ def best_passages(question: str, contexts, embedder, *, k: int = PASSAGES, relev
     `relevance_min`."""
     import numpy as np
 
-    from ragkit.retrieve.claims import ANCHORS, _calibrated, _embed_docs, _unit
+    from ragkit.answer.claims import ANCHORS, _calibrated, _embed_docs, _unit
 
     units: list[tuple[object, str]] = []  # (context, unit with its lead-in)
     for c in contexts:

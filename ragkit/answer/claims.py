@@ -1,6 +1,6 @@
 """Claims tied to sentences: answer -> claims -> the source sentence(s) that support each.
 
-    from ragkit.retrieve.claims import attribute
+    from ragkit.answer.claims import attribute
     claims = attribute(answer, prompt.contexts, session.embedder)
     [c.to_json() for c in claims]   # {"text", "supported", "citations", "support", ...}
 
@@ -12,7 +12,7 @@ sources in the prompt when
   threshold holds for every embedder (see `_calibrated`), and
 - every figure of the claim (number, date, period, amount, percentage) occurs in that
   sentence or the sentences beside it in the same source (`unsupported_figures`, read by
-  ragkit.retrieve.figures; the one check that ask, chat, compare and serve use).
+  ragkit.answer.figures; the one check that ask, chat, compare and serve use).
 
 The citation shown is that sentence, with its document, page and section, not the whole
 chunk. A marker [n] the model wrote that points at a source which does not support its
@@ -157,7 +157,7 @@ def split_claims(answer: str) -> list[tuple[str, list[int]]]:
     written on it; markers after a sentence's full stop belong to that sentence. Headings
     ("**Bonterms:**") and sentences without content words ("Yes.") are not claims, nor is
     the abstention sentence."""
-    from ragkit.retrieve.citations import _numbers, content_words, is_abstention
+    from ragkit.answer.citations import _numbers, content_words, is_abstention
 
     out: list[tuple[str, list[int]]] = []
     for line in answer.replace("\r", "").split("\n"):
@@ -181,10 +181,10 @@ def split_claims(answer: str) -> list[tuple[str, list[int]]]:
 
 
 # ------------------------------------------------------------------ figures and names
-# Figures are read by ragkit.retrieve.figures (text2num for spelled numbers, periods across
+# Figures are read by ragkit.answer.figures (text2num for spelled numbers, periods across
 # units); `unsupported_figures` is re-exported here, the one check ask, chat, compare and
 # serve use.
-from ragkit.retrieve.figures import unsupported_figures  # noqa: E402,F401
+from ragkit.answer.figures import unsupported_figures  # noqa: E402,F401
 
 # a name: capitalised words, with "of", "and", "for", "the", "&" inside ("Code of Federal Regulations")
 _NAME = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][a-z]{2,}(?:(?:\s+(?:of|and|for|the|on|&))*\s+[A-Z][a-z]{2,})*")
@@ -270,7 +270,7 @@ class _Sent:
 
 
 def _name_words(contexts) -> set[str]:
-    from ragkit.retrieve.citations import content_words
+    from ragkit.answer.citations import content_words
 
     out: set[str] = set()
     for c in contexts:
@@ -286,7 +286,7 @@ def attribute(answer: str, contexts: list["Context"], embedder, question: str | 
     [8].") is no claim: it says nothing a source could support."""
     import numpy as np
 
-    from ragkit.retrieve.citations import content_words
+    from ragkit.answer.citations import content_words
 
     claims = split_claims(answer)
     if question:

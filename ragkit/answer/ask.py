@@ -1,0 +1,417 @@
+"""`ask`: retrieve -> budgeted prompt -> local generation -> answer with citations.
+
+Usable from Python:
+
+    from ragkit.config import load_settings
+    from ragkit.answer.ask import ask
+    from ragkit.session import Session
+    session = Session(load_settings())            # loads each part once, on first use
+    result = ask("How long does confidentiality last?", session, docs=["nda.pdf"])
+    result.outcome   # "supported" | "unverified" | "not_found"
+
+Every answer ends in one of three outcomes, never conflated:
+
+- **supported**: the model's answer, with each claim tied to the source sentence that
+  supports it (`ragkit.answer.claims`); a question that asks for the clause itself
+  ("Which part of this contract concerns X? Quote it.") is answered by quoting the best
+  sentences of the sources, not by generation (`answer_kind` "quoted").
+- **unverified**: no claim of the model's answer is supported (or the model said the
+  documents do not say) while the sources hold passages on point: the answer is "Not
+  verified against the sources." and those passages, quoted with document, page and
+  section (`passages`); the model's text is kept in `model_answer`, marked as unverified.
+- **not_found**: the evidence says the documents lack it (the store-calibrated retrieval
+  gate, no sentence naming the question's key terms, or no passage above the relevance
+  floor, `ragkit.answer.passages`): "The documents do not say.", citing nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ragkit.config import Settings
+from ragkit.generate import Choice, Generation
+from ragkit.generate.base import match_option  # noqa: F401  (lives with `choose`; re-exported)
+from ragkit.retrieve import Retrieval, retrieve
+from ragkit.answer.citations import Citation, extract, is_abstention
+from ragkit.answer.claims import Claim
+from ragkit.retrieve.prompt import Prompt
+from ragkit.answer.passages import Passage
+from ragkit.session import Session, load_checked_generator  # noqa: F401  (its old home)
+
+ABSTAIN_TEXT = "The documents do not say."
+UNVERIFIED_TEXT = "Not verified against the sources."
+UNVERIFIED_HEAD = UNVERIFIED_TEXT + " The passages that answer the question best:"
+OUTCOMES = ("supported", "unverified", "not_found")
+
+
+@dataclass
+class AskResult:
+    question: str
+    prompt: Prompt
+    answer: str = ""
+    citations: list[Citation] = field(default_factory=list)
+    invalid_citations: list[int] = field(default_factory=list)
+    abstained: bool = False
+    abstain_reason: str | None = None
+    generation: Generation | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    choice: Choice | None = None  # set by ask_choice
+    claims: list[Claim] = field(default_factory=list)  # the answer's claims, each tied to its source sentence(s)
+    unsupported_answer: str | None = None  # the generated answer when no claim of it was supported (then replaced)
+    outcome: str = "supported"  # supported | unverified | not_found (see the module's doc)
+    passages: list[Passage] = field(default_factory=list)  # unverified, or a quoted answer: the passages shown
+    model_answer: str | None = None  # the model's own text when the answer shown is not it (unverified, not_found)
+    answer_kind: str = "generated"  # "quoted": answered by quoting the sources (a question asking for the clause)
+    unverified_reason: str | None = None  # why the model's answer is not verified (outcome unverified)
+
+    @classmethod
+    def from_retrieval(cls, r: Retrieval) -> "AskResult":
+        return cls(question=r.question, prompt=r.prompt, timings=dict(r.timings))
+
+    def to_json(self) -> dict:
+        g = self.generation or Generation()
+        return {
+            "answer": self.answer,
+            "citations": [c.to_json() for c in self.citations],
+            "invalid_citations": self.invalid_citations,
+            "claims": [c.to_json() for c in self.claims],
+            "outcome": self.outcome,
+            "answer_kind": self.answer_kind,
+            "passages": [p.to_json() for p in self.passages],
+            "model_answer": self.model_answer,
+            "unverified_reason": self.unverified_reason,
+            # kept for compatibility: abstained is true for not_found only
+            "abstained": self.abstained,
+            "abstain_reason": self.abstain_reason,
+            "unsupported_answer": self.unsupported_answer,
+            "usage": {
+                "prompt_tokens": len(self.prompt.ids),
+                "completion_tokens": g.completion_tokens,
+                "cached_tokens": g.cached_tokens,
+            },
+            "timings": {k: round(v, 4) for k, v in self.timings.items()},
+            "mode": self.prompt.mode,
+            "contexts": [c.to_json() for c in self.prompt.contexts],
+        }
+
+    def dry_run_json(self) -> dict:
+        p = self.prompt
+        return {
+            "prompt": p.text,
+            "prompt_tokens": len(p.ids),
+            "n_ctx": p.n_ctx,
+            "max_tokens": p.max_tokens,
+            "budget": p.budget,
+            "prefix_tokens": p.prefix_tokens,
+            "mode": p.mode,
+            "dropped": p.dropped,
+            "best_similarity": p.best_similarity,
+            "contexts": [
+                {"n": c.n, "doc": c.doc, "page": c.page_start, "section": c.section, "text": c.text, "tokens": c.tokens}
+                for c in p.contexts
+            ],
+        }
+
+
+def ask(
+    question: str,
+    settings: Session | Settings,
+    docs: list[str] | None = None,
+    *,
+    dry_run: bool = False,
+    on_text: Callable[[str], None] | None = None,
+    context: str | None = None,
+    context_reserve: int = 0,
+    max_tokens: int | None = None,
+    generator=None,
+) -> AskResult:
+    """Answer `question` from the documents (all, or those named in `docs`).
+
+    `on_text` receives the answer as it is generated; an exception it raises stops the
+    generation and propagates. `context` is earlier conversation (plain text) placed in
+    the prompt before the question, not searched with; `context_reserve` prompt tokens are
+    kept for it either way (see `ragkit.retrieve.retrieve`). `max_tokens` caps this
+    answer below `generator.max_tokens` (the prompt budget stays that of the settings, so
+    the cached prefix does not change). `generator`: an already loaded one to use (else
+    the session's). A Settings gets a Session for this call."""
+    session = Session.of(settings)
+    settings = session.settings
+    if generator is None and not dry_run:
+        generator = session.generator
+    t0 = time.perf_counter()
+    r = retrieve(question, session, docs, generator=generator, context=context, context_reserve=context_reserve)
+    result = AskResult.from_retrieval(r)
+    if dry_run:
+        return result
+    if abstain_if_irrelevant(result, r, t0, on_text):
+        return result
+    if answer_by_quoting(result, r, t0, session, on_text):
+        return result
+    limit = settings.generator.max_tokens if max_tokens is None else max(1, min(max_tokens, settings.generator.max_tokens))
+    gen = generator.generate(r.prompt.ids, max_tokens=limit, on_text=on_text)
+    finish(result, gen, t0, session)
+    return result
+
+
+def abstain_if_irrelevant(result: AskResult, r: Retrieval, t0: float, on_text: Callable[[str], None] | None = None) -> bool:
+    """Answer "The documents do not say." without generating when retrieval found nothing
+    relevant (`Retrieval.abstain_reason`). Returns whether it abstained."""
+    if r.abstain_reason is None:
+        return False
+    result.answer = ABSTAIN_TEXT
+    result.abstained = True
+    result.abstain_reason = r.abstain_reason
+    result.outcome = "not_found"
+    result.generation = Generation(prompt_tokens=len(result.prompt.ids))
+    result.timings.update({"generate_s": 0.0, "ttft_s": 0.0, "total_s": time.perf_counter() - t0})
+    if on_text is not None:
+        on_text(result.answer)
+    return True
+
+
+def answer_by_quoting(result: AskResult, r: Retrieval, t0: float, settings: Session | Settings,
+                      on_text: Callable[[str], None] | None = None) -> bool:
+    """A question that asks for the clause itself ("Which part of this contract concerns X?
+    Quote it.", "Highlight the parts ...": `ragkit.answer.passages.is_extractive`) is
+    answered by quoting the sources' best passages, without generating (a small model
+    restates such a question instead of quoting). not_found when no passage is on point.
+    Returns whether it answered (off with `retrieve.extractive = false`)."""
+    from ragkit.answer.passages import is_extractive, quoted_answer
+
+    session = Session.of(settings)
+    if not session.settings.retrieve.extractive or not is_extractive(result.question):
+        return False
+    found = _passages(result, session)
+    result.answer_kind = "quoted"
+    result.generation = Generation(prompt_tokens=len(result.prompt.ids))
+    if found.passages:
+        result.outcome = "supported"
+        result.passages = found.passages
+        result.answer = quoted_answer(found.passages)
+        result.citations = _passage_citations(found.passages)
+    else:
+        _not_found(result, found.not_found or "no passage is on point")
+    result.timings.update({"generate_s": 0.0, "ttft_s": 0.0, "total_s": time.perf_counter() - t0})
+    if on_text is not None:
+        on_text(result.answer)
+    return True
+
+
+def _passages(result: AskResult, session: Session):
+    from ragkit.answer.passages import best_passages
+
+    t1 = time.perf_counter()
+    found = best_passages(result.question, result.prompt.contexts, session.embedder,
+                          relevance_min=session.settings.retrieve.relevance_min)
+    result.timings["passages_s"] = time.perf_counter() - t1
+    return found
+
+
+def _passage_citations(passages: list[Passage]) -> list[Citation]:
+    # chosen by ragkit, not marked by the model: `inferred`
+    seen: dict[int, Citation] = {}
+    for p in passages:
+        seen.setdefault(p.n, Citation(p.n, p.doc, p.page, p.section, p.quote, inferred=True))
+    return [seen[n] for n in sorted(seen)]
+
+
+def _not_found(result: AskResult, reason: str) -> None:
+    result.outcome = "not_found"
+    result.answer = ABSTAIN_TEXT
+    result.abstained = True
+    result.abstain_reason = reason
+    result.citations = []  # a not_found answer cites no source
+    result.passages = []
+
+
+def finish(result: AskResult, gen: Generation, t0: float, settings: Session | Settings | None = None) -> None:
+    """Fill a result from a generation: answer, checked citations, claims tied to source
+    sentences (with a session or settings: the store's embedder reads them), the outcome,
+    timings. Without one nothing is checked: the outcome is the model's (not_found when it
+    said the documents do not say)."""
+    result.generation = gen
+    result.answer = gen.text.strip()
+    result.citations, result.invalid_citations = extract(result.answer, result.prompt.contexts)
+    model_abstained = is_abstention(result.answer)
+    result.timings["generate_s"] = gen.total_s
+    result.timings["ttft_s"] = gen.ttft_s
+    if settings is None:
+        if model_abstained:
+            _not_found(result, "the model said the documents do not say")
+    else:
+        session = Session.of(settings)
+        t1 = time.perf_counter()
+        if not model_abstained:
+            attach_claims(result, session)
+        result.timings["claims_s"] = time.perf_counter() - t1
+        check_outcome(result, session, model_abstained)
+    result.timings["total_s"] = time.perf_counter() - t0
+
+
+def attach_claims(result: AskResult, settings: Session | Settings) -> None:
+    """Split the answer into claims and tie each to the source sentence that supports it
+    (`ragkit.answer.claims`), read by the session's embedder."""
+    from ragkit.answer.claims import attribute
+
+    embedder = Session.of(settings).embedder
+    result.claims = attribute(result.answer, result.prompt.contexts, embedder, question=result.question)
+
+
+def check_outcome(result: AskResult, settings: Session | Settings, model_abstained: bool) -> None:
+    """The outcome of a generated answer. Supported when a claim of it is supported by a
+    source sentence. Otherwise (no claim supported, no claim made, or the model's "The
+    documents do not say."), the sources decide: passages on point -> unverified (the
+    passages are the answer, the model's text is kept and marked); none -> not_found. A
+    small model asked about something the documents lack writes a plausible clause, and
+    asked about something they hold it may still write the wrong one, or say they are
+    silent: the reader is told which, from the evidence. With
+    `retrieve.abstain_unsupported = false` an answer the model gave is kept as supported."""
+    session = Session.of(settings)
+    text = result.answer
+    if not model_abstained and not session.settings.retrieve.abstain_unsupported:
+        result.outcome = "supported"
+        return
+    held = [c for c in result.claims if c.supported]
+    if not model_abstained and held and responsive(result.question, held, result.prompt.contexts):
+        result.outcome = "supported"
+        return
+    if model_abstained:
+        why = "the model said the documents do not say"
+    elif held:
+        why = "the supported claims do not answer the question (their sentences name none of its key words)"
+    elif result.claims:
+        why = f"no claim of the answer is supported by a source sentence ({len(result.claims)} checked)"
+    else:
+        why = "the answer makes no claim a source sentence could support"
+    found = _passages(result, session)
+    result.model_answer = text
+    if not model_abstained:
+        result.unsupported_answer = text
+    if found.passages:
+        from ragkit.answer.passages import quoted_answer
+
+        result.outcome = "unverified"
+        result.unverified_reason = why
+        result.passages = found.passages
+        result.answer = quoted_answer(found.passages, head=UNVERIFIED_HEAD)
+        result.citations = _passage_citations(found.passages)
+        result.abstained, result.abstain_reason = False, None
+    else:
+        _not_found(result, f"{why}, and {found.not_found or 'no passage is on point'}")
+
+
+NOT_SUPPORTED_NOTE = "Not supported by the sources: "
+
+
+def display_text(result: AskResult, show_model: bool = True) -> str:
+    """The answer as a reader is shown it (before any list of sources), the same in a
+    terminal, a non-streamed and a streamed `ragkit serve` answer (a stream's text is its
+    beginning): supported -> the answer; unverified -> the model's text (when
+    `show_model` and it is an answer, not "The documents do not say.") then "Not verified
+    against the sources." and the passages; not_found -> the model's text when it made
+    claims, then "Not supported by the sources: The documents do not say."."""
+    model = result.model_answer if show_model else None
+    if model and is_abstention(model):
+        model = None  # the model's refusal is not shown: the outcome says what the sources hold
+    if result.outcome == "unverified":
+        return (f"{model}\n\n" if model else "") + result.answer
+    if result.outcome == "not_found" and model:
+        return f"{model}\n\n{NOT_SUPPORTED_NOTE}{ABSTAIN_TEXT}"
+    return result.answer
+
+
+class StreamGate:
+    """What of a streamed answer to show as it comes, so that the stream ends as
+    `display_text` reads: the text is held while it may be the abstention sentence ("The
+    documents do not say." is shown only once the sources say so), leading whitespace is
+    dropped and trailing whitespace held (the answer is stripped), and with `hold_all`
+    nothing is shown before the answer is checked.
+
+        gate = StreamGate()
+        send(gate.feed(piece))                   # for each generated piece
+        send(gate.finish(display_text(result)))  # the rest, once the outcome is known
+    """
+
+    def __init__(self, hold_all: bool = False):
+        self.hold_all = hold_all
+        self.text = ""
+        self.sent = 0
+
+    def feed(self, piece: str) -> str:
+        self.text = (self.text + piece).lstrip() if not self.sent else self.text + piece
+        if self.hold_all or not self.text:
+            return ""
+        if not self.sent:
+            low = " ".join(self.text.lower().split())
+            if low.startswith(ABSTAIN_TEXT.lower()[:-1]) or ABSTAIN_TEXT.lower().startswith(low):
+                return ""  # may be, or is, the abstention sentence
+        body = self.text.rstrip()
+        out, self.sent = body[self.sent:], len(body)
+        return out
+
+    def finish(self, full: str) -> str:
+        """The rest of `full` after what was shown (all of it, after a blank line, in the
+        unexpected case that what was shown is not its beginning)."""
+        shown = self.text[: self.sent]
+        if full.startswith(shown):
+            return full[len(shown):]
+        return "\n\n" + full
+
+
+def responsive(question: str, claims: list[Claim], contexts) -> bool:
+    """Whether a supported claim answers the question: its source sentence (or section
+    heading) names one of the question's key words (`ragkit.answer.passages.key_terms`).
+    A small model asked which law governs may copy the counterparts sentence: supported,
+    and no answer."""
+    from ragkit.answer.passages import _words, key_terms
+
+    want = key_terms(question, contexts)
+    if not want:
+        return True
+    return any(want & _words(f"{s.quote} {s.section or ''}") for c in claims for s in c.citations)
+
+
+def ask_choice(
+    question: str,
+    options: list[str],
+    settings: Session | Settings,
+    docs: list[str] | None = None,
+    *,
+    narrow: Callable[[Prompt, object], Prompt] | None = None,
+) -> AskResult:
+    """Answer with one of `options` (Yes / No / Not mentioned for a checklist item),
+    scored by the generator when it can (`choose`: the options' own probabilities, no
+    sampling), otherwise read from a short generated answer. The prompt is the one `ask`
+    builds, so documents-first prefixes are shared with `ask` and across questions.
+    `result.answer` is the option (empty when a free-text answer named none), or the
+    abstention text when no source is relevant to the question.
+
+    `narrow(prompt, generator)`, when given, turns the retrieval prompt into the one the
+    options are scored on (compare: the quoted clause alone); `result.prompt` stays the
+    retrieval prompt, the tokens and cache figures are the scored prompt's."""
+    session = Session.of(settings)
+    generator = session.generator
+    t0 = time.perf_counter()
+    r = retrieve(question, session, docs, generator=generator)
+    result = AskResult.from_retrieval(r)
+    if abstain_if_irrelevant(result, r, t0):
+        return result
+    prompt = r.prompt
+    scored = narrow(prompt, generator) if narrow is not None else prompt
+    if hasattr(generator, "choose"):
+        ch = generator.choose(scored.ids, options)
+        gen = Generation(text=ch.option, prompt_tokens=ch.prompt_tokens, cached_tokens=ch.cached_tokens,
+                         ttft_s=ch.ttft_s, total_s=ch.total_s, finish_reason="choice")
+    else:
+        gen = generator.generate(scored.ids, max_tokens=8)
+        picked = match_option(gen.text, options)
+        ch = Choice(option=picked or "", logprobs={o: (0.0 if o == picked else float("-inf")) for o in options},
+                    prompt_tokens=gen.prompt_tokens, cached_tokens=gen.cached_tokens, ttft_s=gen.ttft_s,
+                    total_s=gen.total_s, scored=False)
+    result.choice = ch
+    result.generation = gen
+    result.answer = ch.option
+    result.timings.update({"generate_s": gen.total_s, "ttft_s": gen.ttft_s, "total_s": time.perf_counter() - t0})
+    return result

@@ -1,0 +1,119 @@
+"""The checklist: its items (question, hypothesis, the words that name it, the contrary
+wording that answers it No) and the TOML files they are read from."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ragkit.errors import ConfigError
+from ragkit.paths import prompts_dir
+
+if TYPE_CHECKING:
+    pass
+
+
+LABELS = ("Yes", "No", "Not mentioned", "Unclear", "Found")
+NLI = {"Yes": "Entailment", "No": "Contradiction", "Not mentioned": "NotMentioned"}
+
+
+@dataclass
+class ChecklistItem:
+    id: str
+    title: str
+    question: str
+    hypothesis: str | None = None
+    # words a sentence about the item names ("reverse engineer*", "decompil*"; a trailing
+    # * matches any ending): a document none of whose sentences names one does not
+    # mention the item, whatever the nearest passage scores
+    terms: list[str] = field(default_factory=list)
+    # wording that says the opposite of the hypothesis ("whether or not marked" against
+    # "all Confidential Information shall be marked"): a sentence of the document that
+    # holds it makes the label No, and is the quote
+    contrary: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name in ("terms", "contrary"):
+            v = getattr(self, name)
+            if not (isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v)):
+                raise TypeError(f"item {self.id!r}: {name} must be a list of non-empty strings")
+        self._terms = term_pattern(self.terms)
+        self._contrary = term_pattern(self.contrary)
+
+    def names_item(self, text: str) -> bool:
+        """Whether a sentence names one of the item's terms (True when it has none)."""
+        return self._terms is None or bool(self._terms.search(text))
+
+    def contrary_in(self, text: str) -> str | None:
+        """The contrary wording the sentence holds, if any, read in its scope
+        (`contrary_scope`): a prohibition the same sentence makes an exception to ("shall
+        not copy ... except as reasonably necessary") and wording the sentence excludes
+        ("technical information only and excludes business plans") are not contrary."""
+        if self._contrary is None:
+            return None
+        for m in self._contrary.finditer(text):
+            if contrary_scope(text, m.start(), m.end()):
+                return m.group(0)
+        return None
+
+
+# negation and exception scope of a contrary phrase, inside its clause (up to ; or :)
+_NEGATION = re.compile(r"\b(?:not|no|nor|never|neither|without)\b|n[’']t\b", re.I)
+_EXCLUDES = re.compile(r"\b(?:exclud\w*|other\s+than|except(?:ing)?|apart\s+from|save\s+for|not|no|nor|never|neither)\b",
+                       re.I)
+# idioms with a negation word that exclude nothing ("including but not limited to")
+_NOT_EXCLUDING = re.compile(r"\b(?:(?:but\s+)?(?:is\s+|are\s+)?not\s+limited\s+to|without\s+limit\w*|whether\s+or\s+not)\b",
+                            re.I)
+_EXCEPTION = re.compile(r"\b(?:except|excepting|unless|other\s+than|save\s+(?:as|for|that)|provided\s*,?\s*(?:however|that)|"
+                        r"but\s+(?:may|can|shall\s+be\s+permitted)|to\s+the\s+extent)\b", re.I)
+
+
+def contrary_scope(text: str, start: int, end: int) -> bool:
+    """Whether the contrary phrase at text[start:end] says the opposite of the item in its
+    clause. A phrase that is itself a prohibition ("not copy", "no copies") does not when
+    the same sentence makes an exception to it after it ("shall not copy ... except as
+    reasonably necessary for the Purpose": copies are allowed in some circumstances); a
+    phrase that names something ("business plans") does not when its clause excludes it
+    ("technical information only and excludes business plans", "other than business
+    information", "does not include financial information"): the words then agree with
+    the item. Clause: back to the last ";", ":" or sentence end, on to the sentence end."""
+    phrase = text[start:end]
+    before = re.split(r"[;:.!?]\s", text[:start])[-1]
+    after = re.split(r"(?<=[.!?])\s", text[end:], maxsplit=1)[0]
+    if _NEGATION.search(phrase):
+        return not _EXCEPTION.search(after)
+    return not _EXCLUDES.search(_NOT_EXCLUDING.sub(" ", before[-80:]))
+
+
+def term_pattern(terms: list[str]) -> "re.Pattern | None":
+    """One case-insensitive pattern for a list of phrases: words match whole ("copy" does
+    not match "copyright"), a trailing * any ending ("decompil*"), words apart by spaces
+    or hyphens ("reverse engineer*" matches "reverse-engineering"). Phrases, not regular
+    expressions: a checklist is written by lawyers."""
+    if not terms:
+        return None
+    alts = []
+    for t in terms:
+        words = [re.escape(w[:-1]) + r"\w*" if w.endswith("*") else re.escape(w) for w in t.split()]
+        alts.append(r"\b" + r"[\s\-]+".join(words) + r"\b")
+    return re.compile("|".join(alts), re.IGNORECASE)
+
+def load_checklist(name_or_path: str) -> tuple[str, list[ChecklistItem]]:
+    p = Path(name_or_path)
+    if not (p.suffix == ".toml" and p.exists()):
+        p = prompts_dir() / "checklists" / f"{name_or_path}.toml"
+    if not p.exists():
+        have = ", ".join(sorted(x.stem for x in (prompts_dir() / "checklists").glob("*.toml")))
+        raise ConfigError(f"checklist {name_or_path!r} not found", hint=f"built in: {have}; or give a .toml path")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        items = [ChecklistItem(**{k: v for k, v in it.items() if k in ("id", "title", "question", "hypothesis", "terms", "contrary")})
+                 for it in data["items"]]
+    except (tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+        raise ConfigError(f"checklist {p} is not valid: {exc}", hint="see prompts/checklists/nda.toml for the format") from None
+    if not items or len({i.id for i in items}) != len(items):
+        raise ConfigError(f"checklist {p} needs at least one item and unique ids")
+    return data.get("name", p.stem), items

@@ -1,0 +1,236 @@
+"""The clause comparison as a Word memo (`ragkit compare ... --format docx --out memo.docx`
+and the web page's "Export Word"): the same Comparison `ragkit.compare.compare()` returns,
+written with python-docx, showing what the Markdown and HTML memos show.
+
+One landscape table, a header row repeated on every page: the clause (title and
+question), a column per document (the label in bold with the model's confidence, the
+quote, its page and section, how many of a free-text answer's claims hold, and any note
+marked ⚠ on an amber cell), and the difference. The cost line closes the memo.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import IO
+
+from ragkit.compare import Comparison, Finding, _conf, claim_support, cost_line, missing
+from ragkit.retrieve.prompt import format_location
+
+MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+
+# colours of the HTML memo: .warn #a40, tr.diff #fff4e5, td.nf #888
+WARN = "AA4400"
+WARN_FILL = "FFF4E5"
+DIFF_FILL = "FDE9D9"
+HEADER_FILL = "D9E2F3"
+GREY = "6B6B6B"
+
+# US Letter landscape, 0.5 in margins: 10 in of table
+PAGE_W_IN, PAGE_H_IN, MARGIN_IN = 11.0, 8.5, 0.5
+CLAUSE_IN, DIFF_IN = 1.7, 1.9
+FONT = "Calibri"  # Word's own; LibreOffice substitutes Carlito (same metrics) or its sans
+
+
+def _names(docs: list[str]) -> str:
+    if len(docs) <= 2:
+        return " and ".join(docs)
+    return ", ".join(docs[:-1]) + " and " + docs[-1]
+
+
+def _long_date(d: date) -> str:
+    return f"{d.day} {d:%B %Y}"
+
+
+def _shade(cell, fill: str) -> None:
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    shd = OxmlElement("w:shd")
+    shd.set(qn("w:val"), "clear")
+    shd.set(qn("w:color"), "auto")
+    shd.set(qn("w:fill"), fill)
+    cell._tc.get_or_add_tcPr().append(shd)  # before vAlign, which python-docx inserts in order
+
+
+def _row_props(row, *, header: bool = False) -> None:
+    """A row is kept on one page (a longer one still breaks); the header row repeats on each page."""
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    tr_pr = row._tr.get_or_add_trPr()
+    for tag in ("w:cantSplit", "w:tblHeader") if header else ("w:cantSplit",):
+        el = OxmlElement(tag)
+        el.set(qn("w:val"), "true")
+        tr_pr.append(el)
+
+
+def _page_field(run) -> None:
+    """A PAGE field in the run: Word and LibreOffice fill in the page number."""
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    for kind, text in (("begin", None), (None, "PAGE"), ("end", None)):
+        if kind:
+            el = OxmlElement("w:fldChar")
+            el.set(qn("w:fldCharType"), kind)
+        else:
+            el = OxmlElement("w:instrText")
+            el.set(qn("xml:space"), "preserve")
+            el.text = text
+        run._r.append(el)
+
+
+def _para(cell, first: bool):
+    """The cell's next paragraph (its first is there already), tight spacing."""
+    from docx.shared import Pt
+
+    p = cell.paragraphs[0] if first else cell.add_paragraph()
+    p.paragraph_format.space_after = Pt(2)
+    p.paragraph_format.space_before = Pt(0)
+    return p
+
+
+def _run(p, text: str, *, bold: bool = False, italic: bool = False, color: str | None = None, size: float | None = None):
+    from docx.shared import Pt, RGBColor
+
+    r = p.add_run(text)
+    r.bold = bold or None
+    r.italic = italic or None
+    if color:
+        r.font.color.rgb = RGBColor.from_string(color)
+    if size:
+        r.font.size = Pt(size)
+    return r
+
+
+def _note(cell, note: str) -> None:
+    p = _para(cell, False)
+    _run(p, "⚠ ", bold=True, color=WARN)
+    _run(p, note, color=WARN, size=8)
+    _shade(cell, WARN_FILL)
+
+
+def _finding_cell(cell, f: Finding | None) -> None:
+    """What the Markdown memo's cell says, one part per paragraph."""
+    p = _para(cell, True)
+    if f is None or not f.quote:
+        text = missing(f)
+        label, _, rest = text.partition(": ")
+        _run(p, label, bold=True, color=GREY)
+        _run(p, f": {rest}", color=GREY)
+    else:
+        uncertain = f.label == "Uncertain"
+        if uncertain:
+            _run(p, "⚠ ", bold=True, color=WARN)
+        _run(p, f.label, bold=True, color=WARN if uncertain else None)
+        _run(p, _conf(f))
+        if f.label == "Not mentioned":
+            _run(p, " (closest clause)", italic=True, color=GREY)
+        _run(_para(cell, False), f"“{f.quote}”")
+        loc = format_location(f.page, f.section)
+        _run(_para(cell, False), f"({loc}){claim_support(f)}" if loc else claim_support(f).lstrip(" ·"), color=GREY, size=8)
+        if uncertain and not f.note:
+            _shade(cell, WARN_FILL)
+    if f is not None and f.note:
+        _note(cell, f.note)
+
+
+def _difference_cell(cell, difference: str) -> None:
+    p = _para(cell, True)
+    if difference.startswith("uncertain"):
+        _run(p, "⚠ ", bold=True, color=WARN)
+        _run(p, difference, color=WARN)
+        _shade(cell, WARN_FILL)
+    elif difference.startswith("differs"):
+        head, _, rest = difference.partition(":")
+        _run(p, head, bold=True)
+        _run(p, f":{rest}")
+        _shade(cell, DIFF_FILL)
+    else:
+        _run(p, difference)
+
+
+def to_docx(result: Comparison, path_or_stream: "str | IO[bytes]", *, checklist_name: str | None = None,
+            today: date | None = None) -> None:
+    """Write the comparison memo as a .docx to a path or a binary stream."""
+    from docx import Document
+    from docx.enum.section import WD_ORIENT
+    from docx.enum.table import WD_CELL_VERTICAL_ALIGNMENT, WD_TABLE_ALIGNMENT
+    from docx.enum.text import WD_ALIGN_PARAGRAPH
+    from docx.oxml.ns import qn
+    from docx.shared import Inches, Pt, RGBColor
+
+    today = today or date.today()
+    checklist_name = checklist_name or result.checklist
+    doc = Document()
+    sec = doc.sections[0]
+    sec.orientation = WD_ORIENT.LANDSCAPE
+    sec.page_width, sec.page_height = Inches(PAGE_W_IN), Inches(PAGE_H_IN)
+    for side in ("left_margin", "right_margin", "top_margin", "bottom_margin"):
+        setattr(sec, side, Inches(MARGIN_IN))
+    normal = doc.styles["Normal"]
+    normal.font.name = FONT
+    normal.element.get_or_add_rPr().get_or_add_rFonts().set(qn("w:eastAsia"), FONT)
+    normal.font.size = Pt(9)
+    h1 = doc.styles["Heading 1"]
+    h1.font.name, h1.font.size = FONT, Pt(15)
+    h1.paragraph_format.space_before, h1.paragraph_format.space_after = Pt(0), Pt(4)
+    normal.paragraph_format.space_after = Pt(4)
+
+    title = f"Clause comparison: {_names(result.docs)}"
+    doc.core_properties.title = title
+    doc.core_properties.subject = f"checklist {checklist_name}"
+    doc.add_heading(title, level=1)
+    p = doc.add_paragraph()
+    _run(p, _long_date(today), bold=True)
+    _run(p, f" · Checklist: {checklist_name} · {len(result.rows)} item{'s' if len(result.rows) != 1 else ''}")
+    _run(doc.add_paragraph(), "Each label comes with the quote it was decided on: read the quote. "
+         "⚠ marks a note the reader must see.", italic=True, color=GREY)
+
+    footer = doc.styles["Footer"]  # the page number is a field: it takes the paragraph's style
+    footer.font.size, footer.font.color.rgb = Pt(8), RGBColor.from_string(GREY)
+    foot = sec.footer.paragraphs[0]
+    foot.style = footer
+    foot.alignment = WD_ALIGN_PARAGRAPH.RIGHT
+    foot.add_run(f"{title} · {_long_date(today)} · page ")
+    _page_field(foot.add_run())
+
+    n = len(result.docs)
+    usable = PAGE_W_IN - 2 * MARGIN_IN
+    doc_in = (usable - CLAUSE_IN - DIFF_IN) / max(n, 1)
+    widths = [Inches(CLAUSE_IN)] + [Inches(doc_in)] * n + [Inches(DIFF_IN)]
+
+    table = doc.add_table(rows=1, cols=n + 2)
+    table.style = "Table Grid"
+    table.alignment = WD_TABLE_ALIGNMENT.CENTER
+    table.autofit = False
+    for col, w in zip(table.columns, widths):
+        col.width = w
+
+    def fill(row) -> None:
+        for cell, w in zip(row.cells, widths):
+            cell.width = w
+
+    header = table.rows[0]
+    _row_props(header, header=True)
+    fill(header)
+    for cell, text in zip(header.cells, ["Clause", *result.docs, "Difference"]):
+        _run(_para(cell, True), text, bold=True)
+        _shade(cell, HEADER_FILL)
+    for r in result.rows:
+        row = table.add_row()
+        _row_props(row)
+        fill(row)
+        cells = row.cells
+        _run(_para(cells[0], True), r.item.title, bold=True)
+        _run(_para(cells[0], False), r.item.question, color=GREY, size=8)
+        for cell, d in zip(cells[1:-1], result.docs):
+            _finding_cell(cell, r.findings.get(d))
+        _difference_cell(cells[-1], r.difference)
+        for cell in cells:
+            cell.vertical_alignment = WD_CELL_VERTICAL_ALIGNMENT.TOP
+
+    p = doc.add_paragraph()
+    p.paragraph_format.space_before = Pt(8)
+    _run(p, cost_line(result), color=GREY, size=8)
+    doc.save(path_or_stream)
