@@ -79,77 +79,14 @@ class Claim:
 
 
 # ------------------------------------------------------------------ splitting
-# No sentence splitter is installed, and the ones on PyPI either need a data download at
-# run time (nltk's punkt) or are a new dependency trained on news text (pysbd): contracts
-# need their own abbreviations ("Sec.", "U.S.C.", "Inc.") and list items ("(a) ...;"),
-# so the rules are written here.
-_ABBR = {
-    "e.g", "i.e", "etc", "inc", "ltd", "llc", "co", "corp", "no", "nos", "sec", "secs", "art", "arts", "u.s", "u.k",
-    "mr", "mrs", "ms", "dr", "vs", "v", "st", "fig", "para", "paras", "pp", "p", "cf", "al", "jr", "sr", "approx",
-    "dept", "est", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "ch",
-    "cl", "subsec", "u.s.c", "c.f.r", "cfr", "usc", "s.a", "n.a", "l.p", "p.c", "ref", "vol", "ed", "eds",
-}
-_END = re.compile(r"[.!?。！？]+[\"”’')\]]*(?=\s)|;(?=\s+(?:(?:and|or)\s+)?\((?:[a-z]{1,4}|\d{1,2})\)\s)")
-_BULLET = re.compile(r"^\s*(?:[-*•·]|\d{1,2}[.)]|\((?:[a-z]{1,4}|\d{1,2})\)|[a-z][.)])\s+")
+# the one sentence splitter of ragkit (ragkit.sentences): the answer's claims and the
+# sources' sentences are cut by the same rules as the chunks and the quotes
+from ragkit.sentences import BULLET as _BULLET  # noqa: E402
+from ragkit.sentences import sentences as _sentences  # noqa: E402
+from ragkit.sentences import split_sentences  # noqa: E402,F401  (re-exported: its old home)
+
 _MD = re.compile(r"\*\*|__|`|^#+\s*")
 _MARKS = re.compile(r"\s*\[(\d+(?:\s*[,;–-]\s*\d+)*)\]")
-
-
-def _sentences(para: str) -> list[str]:
-    """A paragraph's sentences: a boundary is ., ! or ? followed by space and not ending an
-    abbreviation, a single initial or a section number ("5. Term"), or a ";" before a
-    list item ("...; (b) ...")."""
-    out, start = [], 0
-    for m in _END.finditer(para):
-        end = m.end()
-        if m.group().startswith("."):
-            before = para[start:m.start()].rsplit(None, 1)
-            word = before[-1].lower().lstrip("(\"“'") if before else ""
-            if word in _ABBR or (len(word) == 1 and word.isalpha()) or re.fullmatch(r"[\d.]+|[ivxlc]+|[a-z]\.[a-z.]*",
-                                                                                      word):
-                continue
-            nxt = para[end:].lstrip()[:1]
-            if nxt and nxt.islower():  # "... the U.S. government" with an unknown abbreviation
-                continue
-        piece = para[start:end].strip()
-        if piece:
-            out.append(piece)
-        start = end
-    tail = para[start:].strip()
-    if tail:
-        out.append(tail)
-    return out
-
-
-def split_sentences(text: str) -> list[str]:
-    """The sentences and list items of a source text. A PDF's text layer breaks lines
-    inside sentences, so a single line break is a space, except before a list item, a
-    bullet or a table row, which start units of their own; a blank line ends a paragraph."""
-    out: list[str] = []
-    for para in re.split(r"\n\s*\n", text.replace("\r", "")):
-        lines, buf = [], []
-        for line in para.split("\n"):
-            s = line.strip()
-            if not s:
-                continue
-            if s.startswith("|") or _BULLET.match(s) or re.match(r"^#+\s", s):
-                if buf:
-                    lines.append(" ".join(buf))
-                buf = [s]
-                if s.startswith("|") or s.startswith("#"):
-                    lines.append(s)
-                    buf = []
-            else:
-                buf.append(s)
-        if buf:
-            lines.append(" ".join(buf))
-        for ln in lines:
-            if ln.startswith("|"):
-                if not re.fullmatch(r"[|\s:-]+", ln):  # a table's rule line is no sentence
-                    out.append(ln)
-            else:
-                out.extend(_sentences(ln))
-    return out
 
 
 def split_claims(answer: str) -> list[tuple[str, list[int]]]:

@@ -21,10 +21,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-_LIST_ITEM = re.compile(r"^\(?([a-z]{1,4}|\d{1,2})\)\s")
-# sentence ends, and the "(a) ... ; (b) ..." items inside a clause, so a quote can be one item
-_UNITS = re.compile(r"(?<=[.;:,!?])\s+(?:(?:and|or)\s+)?(?=\((?:[a-z]{1,4}|\d{1,2})\)\s)|(?<=[.;:!?])\s+(?=(?:[a-z]{1,4}|\d{1,2})\)\s)"
-                    r"|\s+(?:and|or)\s+(?=\((?:[a-z]{1,4}|\d{1,2})\)\s)|(?<=[.!?])\s+(?=[A-Z(\"“])|\n+")
+# the one sentence splitter (ragkit.sentences): a quote is a sentence or a list item of it
+from ragkit.sentences import LIST_ITEM as _LIST_ITEM  # noqa: E402
+from ragkit.sentences import split_units  # noqa: E402,F401  (re-exported: compare reads it here)
 
 LEXICAL_WEIGHT = 0.3  # the best word match adds this much to a sentence's cosine (ContractNLI quotes: 0.600 of gold spans; cosine alone 0.553, words alone 0.612 but it quotes Bonterms §7's duty to destroy for "retain")
 
@@ -46,14 +45,6 @@ def _is_heading(unit: str) -> bool:
     words = re.findall(r"[A-Za-z][\w’'-]*", unit)
     long = [w for w in words if len(w) > 3]
     return len(words) <= 10 and bool(long) and all(w[0].isupper() for w in long)
-
-
-def split_units(text: str) -> list[str]:
-    """A clause's sentences and list items."""
-    # a PDF's text layer breaks lines inside sentences: a blank line ends a paragraph,
-    # a single line break is a space
-    text = re.sub(r"[ \t]*\r?\n[ \t]*(?!\r?\n)", " ", re.sub(r"\r?\n\s*\r?\n", "\n\n", text))
-    return [u.strip() for u in _UNITS.split(text) if u and u.strip()]
 
 
 def _quotable(units: list[str]) -> list[int]:

@@ -14,7 +14,6 @@ scripts imported from `ragkit.compare` is still here.
 from ragkit.answer.passages import (  # noqa: F401  (the quote rules live with the sources, shared with ask)
     LEXICAL_WEIGHT,
     _LIST_ITEM,
-    _UNITS,
     _is_heading,
     _quotable,
     _stemmer,

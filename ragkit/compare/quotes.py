@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 # the quote rules live with the sources (ragkit.answer.passages), shared with `ask`'s passages
 from ragkit.answer.passages import (  # noqa: E402,F401
     _LIST_ITEM,
-    _UNITS,
     LEXICAL_WEIGHT,
     _is_heading,
     _quotable,

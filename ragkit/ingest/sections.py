@@ -137,7 +137,6 @@ def build_sections(blocks: list[Block], doc_title: str = "") -> list[Section]:
     return [s for s in sections if s.blocks]
 
 
-_SENT_SPLIT = re.compile(r"(?<=[.!?;。；！？])\s+|(?<=[。；！？])")
 
 CountTokens = Callable[[list[str]], list[int]]
 
@@ -151,7 +150,10 @@ class ChunkingError(RuntimeError):
 
 
 def _split_sentences(text: str) -> list[str]:
-    parts = [p for p in _SENT_SPLIT.split(text) if p and p.strip()]
+    """The block's sentences, as they stand in it (ragkit.sentences, the one splitter)."""
+    from ragkit.sentences import sentence_spans
+
+    parts = [text[a:b] for a, b in sentence_spans(text)]
     return parts or [text]
 
 

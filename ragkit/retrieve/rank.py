@@ -22,34 +22,15 @@ import re
 
 from ragkit.store import Hit
 
-# sentence ends, list items "(a) ...", and line breaks; a unit shorter than a few words
-# is joined to the next (a lone "(b)" or "Section 5." says nothing)
-_UNIT = re.compile(r"(?<=[.;:!?])\s+(?=[\"“(A-Z0-9])|\s+(?=\((?:[a-z]{1,3}|[ivx]{1,5}|\d{1,2})\)\s)|\n+")
-MIN_UNIT_WORDS = 4
 MAX_UNITS_PER_CHUNK = 40
 
 
-
 def units(text: str) -> list[str]:
-    """Sentences and list items of a chunk, short pieces merged into the next."""
-    out: list[str] = []
-    carry = ""
-    for piece in _UNIT.split(text):
-        piece = piece.strip()
-        if not piece:
-            continue
-        piece = f"{carry} {piece}".strip() if carry else piece
-        if len(piece.split()) < MIN_UNIT_WORDS:
-            carry = piece
-            continue
-        carry = ""
-        out.append(piece)
-    if carry:
-        if out:
-            out[-1] = f"{out[-1]} {carry}"
-        else:
-            out.append(carry)
-    return out[:MAX_UNITS_PER_CHUNK]
+    """Sentences and list items of a chunk (ragkit.sentences, the one splitter), pieces
+    shorter than a few words joined to the next."""
+    from ragkit.sentences import merge_short, split_units
+
+    return merge_short(split_units(text))[:MAX_UNITS_PER_CHUNK]
 
 
 def _leaf(section: str | None) -> str:
