@@ -16,7 +16,6 @@ import json
 import sys
 from pathlib import Path
 
-
 OFF_TOPIC = [
     "What is the population of Canada?", "How do I change a flat bicycle tyre?",
     "Which composer wrote the Four Seasons?", "What is the freezing point of mercury?",

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import sys
 
-import ragkit  # noqa: F401  (sets the offline switches first)
-
 import typer
+
+import ragkit  # noqa: F401  (sets the offline switches first)
 
 app = typer.Typer(
     help="Offline document question answering with page and section citations.\n\n"

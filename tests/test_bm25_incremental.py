@@ -17,13 +17,12 @@ import threading
 
 import numpy as np
 import pytest
+from conftest import CORPORA, ROOT, make_settings
 
 from ragkit.embed import load_embedder
 from ragkit.ingest import ingest
 from ragkit.retrieve import bm25
 from ragkit.store import open_store
-
-from conftest import CORPORA, ROOT, make_settings
 
 QUERIES = [
     "How long does the confidentiality obligation survive termination?",

@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT, make_settings
 from typer.testing import CliRunner
 
-from conftest import ROOT, make_settings
 from ragkit.cli import app
 
 NDA = ROOT / "corpora" / "nda" / "ai-osi-stack-mutual-nda.md"

@@ -13,7 +13,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from conftest import CORPORA, make_settings
 
 CHROMA = Path(sys.executable).parent / "chroma"
@@ -63,10 +62,10 @@ def chroma_server(tmp_path_factory):
 
 
 def test_ingest_list_retrieve_reingest_on_a_chroma_server(chroma_server, tmp_path, no_outbound_network):
-    from ragkit.retrieve import retrieve
-    from ragkit.ingest import ingest
-    from ragkit.store import open_store
     from ragkit.embed import load_embedder
+    from ragkit.ingest import ingest
+    from ragkit.retrieve import retrieve
+    from ragkit.store import open_store
 
     docs = tmp_path / "nda"
     docs.mkdir()

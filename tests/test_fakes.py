@@ -12,9 +12,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from fastapi.testclient import TestClient
-
 from conftest import CORPORA
+from fastapi.testclient import TestClient
 
 BONTERMS = "bonterms-mutual-nda-v1.pdf"
 BACKUP = "Can the recipient keep backup copies after termination?"

@@ -14,10 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from conftest import make_settings
 
 from ragkit.errors import RagkitError
 from ragkit.generate.openai_compat import OpenAICompatGenerator
-from conftest import make_settings
 
 # llama_cpp.server's own answer to a prompt over its n_ctx (llama_cpp/server/errors.py)
 CONTEXT_400 = (400, {"error": {

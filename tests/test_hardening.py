@@ -10,6 +10,7 @@ import tomllib
 from datetime import datetime
 
 import pytest
+from conftest import CORPORA, ROOT, make_settings
 from typer.testing import CliRunner
 
 from ragkit.cli import app
@@ -18,8 +19,6 @@ from ragkit.retrieve import retrieve
 from ragkit.retrieve.prompt import render_chat_parts
 from ragkit.retrieve.search import resolve_docs
 from ragkit.store import DocRecord, open_store
-
-from conftest import CORPORA, ROOT, make_settings
 
 runner = CliRunner()
 NDA = "ai-osi-stack-mutual-nda.md"

@@ -5,14 +5,12 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from conftest import CORPORA, make_settings
 
 from ragkit.embed import load_embedder
 from ragkit.errors import StoreError, StoreLocked
 from ragkit.ingest import ingest
-from ragkit.store import open_store
-from ragkit.store import WriteLock, lock_path
-
-from conftest import CORPORA, make_settings
+from ragkit.store import WriteLock, lock_path, open_store
 
 
 def _state(settings):

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CORPORA, make_settings
 
 from ragkit.embed import load_embedder
 from ragkit.ingest import embcache, ingest
 from ragkit.ingest.pipeline import chunk_file
 from ragkit.store import open_store
-
-from conftest import CORPORA, make_settings
 
 TOPICS = [
     "Definitions", "Confidential Information", "Obligations of the Receiving Party", "Exclusions", "Compelled Disclosure",

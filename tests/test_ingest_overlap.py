@@ -15,13 +15,12 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+from conftest import CORPORA, ROOT, make_settings
 
 from ragkit.embed import load_embedder
 from ragkit.ingest import ingest
 from ragkit.ingest.pipeline import _Parsers
 from ragkit.store import open_store
-
-from conftest import CORPORA, ROOT, make_settings
 
 
 def _state(settings) -> dict:

@@ -220,8 +220,8 @@ def test_doctor_json_sizes_match_the_files_and_llama_cpp(tiny_kimi, kimi_gen):
     assert d["gpu"]["total"] == 0 and d["cpu"]["weights"] == sum(sizes.values())  # no GPU here
 
     # the same formula agrees with what llama.cpp allocated for the loaded generator (n_ctx 1024)
-    from ragkit.generate.overrides import capture_llama_log
     from ragkit.generate.llama import LlamaCppGenerator
+    from ragkit.generate.overrides import capture_llama_log
 
     with capture_llama_log(forward=False) as log:
         g = LlamaCppGenerator(tiny_kimi, kimi_settings(tiny_kimi, n_ctx=1000).generator)

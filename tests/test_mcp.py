@@ -23,7 +23,6 @@ from typing import Any, Callable
 
 import httpx
 import pytest
-
 from conftest import CORPORA
 from serve_fixture import RAGKIT, SMALL, _stop, free_port
 from test_network import _env, assert_traced_whole_process, offending_lines, strace  # noqa: F401  (strace: a fixture)
@@ -268,8 +267,8 @@ def test_an_unknown_document_is_an_error_naming_it(stdio):
 
 
 def test_page_resources_hold_the_text_of_that_page(stdio, listed):
-    from mcp import MCPError
     import pypdf
+    from mcp import MCPError
 
     resources = stdio.run(stdio.client.list_resources()).resources
     by_name = {r.name: r for r in resources}

@@ -101,9 +101,9 @@ def test_minilm_weights_are_pinned():
 
 
 def test_a_minilm_with_one_flipped_byte_is_refused_before_loading(tmp_path, monkeypatch):
+    from conftest import CORPORA
     from typer.testing import CliRunner
 
-    from conftest import CORPORA
     from ragkit.cli import app
 
     weights = _fake_minilm(tmp_path, monkeypatch)
@@ -125,6 +125,7 @@ def test_a_minilm_with_one_flipped_byte_is_refused_before_loading(tmp_path, monk
 
 def test_ingest_opens_no_socket(tmp_path, no_outbound_network):
     from conftest import CORPORA, make_settings
+
     from ragkit.ingest import ingest
 
     before = len(no_outbound_network)

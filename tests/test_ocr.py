@@ -7,11 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import CORPORA
 
 from ragkit.errors import DocumentError
 from ragkit.ingest.loaders import load
-
-from conftest import CORPORA
 
 HAS_TESSERACT = shutil.which("tesseract") is not None
 # outside CI these skip without tesseract; in CI a skip fails the run (conftest.py), and

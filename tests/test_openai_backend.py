@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import ROOT, make_settings
 from typer.testing import CliRunner
 
 from ragkit.answer.ask import ask
@@ -20,7 +21,6 @@ from ragkit.cli import app
 from ragkit.generate import load_generator
 from ragkit.generate.openai_compat import GeneratorUnreachable, OpenAICompatGenerator, PromptTooLong, RemoteGeneratorError
 from ragkit.retrieve.prompt import render_chat_parts
-from conftest import ROOT, make_settings
 
 NDA = ROOT / "corpora" / "nda" / "ai-osi-stack-mutual-nda.md"
 QUESTION = "How long do the confidentiality obligations survive after the agreement ends?"

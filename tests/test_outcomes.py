@@ -10,9 +10,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from typer.testing import CliRunner
-
 from conftest import make_settings
+from typer.testing import CliRunner
 
 BONTERMS = "bonterms-mutual-nda-v1.pdf"
 BACKUP = "Can the recipient keep backup copies after termination?"
@@ -68,8 +67,8 @@ def test_figures_the_source_lacks_are_named(claim, source, missing):
 def test_figures_are_the_pipelines_and_eval_reads_them_the_same_way():
     """The pipeline does not import eval: the number helpers live in ragkit.answer.figures
     and ragkit.eval.metrics takes them from there."""
-    import ragkit.eval.metrics as M
     import ragkit.answer.figures as F
+    import ragkit.eval.metrics as M
 
     assert M.extract_numbers is F.extract_numbers and M.same_number is F.same_number
     src = (__import__("pathlib").Path(F.__file__).parent / "claims.py").read_text(encoding="utf-8")

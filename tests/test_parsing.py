@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import CORPORA, SHARED
 
 from ragkit.errors import DocumentError
 from ragkit.ingest.loaders import load
 from ragkit.ingest.sections import build_sections, chunk_sections, heading_level
-
-from conftest import CORPORA, SHARED
 
 
 def sections_of(path: Path):

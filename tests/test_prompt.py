@@ -6,7 +6,9 @@ from __future__ import annotations
 import ctypes
 
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from ragkit.config import load_settings
 from ragkit.generate import load_generator

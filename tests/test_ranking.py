@@ -4,13 +4,12 @@ real generator tokenizer (issue 14: evidence first)."""
 from __future__ import annotations
 
 import pytest
+from conftest import make_settings
 
 from ragkit.ingest import ingest
 from ragkit.retrieve import bm25, retrieve
 from ragkit.retrieve.rank import drop_near_duplicates, unit_rank, units
 from ragkit.store import Hit
-
-from conftest import make_settings
 
 # An NDA written for these tests (Markdown: each heading is a section title, not body text):
 # the clause titled "Return or Destruction" never says "return" or "destroy" in its body

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CORPORA, ROOT, make_settings
 
 from ragkit.embed import load_embedder
 from ragkit.errors import StoreError
 from ragkit.ingest import ingest
-from ragkit.store import open_store
 from ragkit.retrieve import bm25
-
-from conftest import CORPORA, ROOT, make_settings
+from ragkit.store import open_store
 
 
 def snapshot(settings) -> dict:
@@ -177,8 +176,8 @@ def test_kill_9_twenty_trials(tmp_path, clean_reference):
 def test_reader_during_writes_sees_one_version(tmp_path):
     """A reader asking while a writer replaces a document over and over sees complete
     sources of one version, never a mix of two versions or a partial set."""
-    from ragkit.retrieve import retrieve
     from ragkit.generate import load_generator
+    from ragkit.retrieve import retrieve
 
     corpus = tmp_path / "docs"
     corpus.mkdir()

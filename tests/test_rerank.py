@@ -14,12 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from conftest import CORPORA, make_settings
 from typer.testing import CliRunner
 
 from ragkit.retrieve import rerank as R
 from ragkit.store import Hit
-
-from conftest import CORPORA, make_settings
 
 
 def _with(settings, **retrieve):

@@ -5,14 +5,13 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from conftest import CORPORA, make_settings
 
 from ragkit.embed import load_embedder
 from ragkit.ingest import ingest
-from ragkit.store import open_store
 from ragkit.retrieve import bm25
 from ragkit.retrieve.search import hybrid_search, rerank, resolve_docs
-
-from conftest import CORPORA, make_settings
+from ragkit.store import open_store
 
 
 def _lexical(settings):

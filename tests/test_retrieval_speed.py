@@ -13,14 +13,13 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import CORPORA, make_settings
 
 from ragkit.embed import load_embedder
 from ragkit.ingest import ingest
 from ragkit.retrieve import bm25
 from ragkit.retrieve.search import hybrid_search
 from ragkit.store import open_store
-
-from conftest import CORPORA, make_settings
 
 QUESTIONS = [
     "How long does the confidentiality obligation last?",

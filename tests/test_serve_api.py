@@ -8,7 +8,6 @@ import re
 import httpx
 import openai
 import pytest
-
 from conftest import CORPORA
 from serve_fixture import running_server
 

@@ -21,7 +21,6 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pypdfium2 as pdfium
 import pytest
-
 from conftest import CORPORA, ROOT
 from serve_fixture import running_server
 

@@ -13,6 +13,7 @@ import re
 
 import pypdfium2 as pdfium
 import pytest
+from conftest import CORPORA
 from PIL import Image
 
 from ragkit.serve.highlight import (
@@ -24,7 +25,6 @@ from ragkit.serve.highlight import (
     sha256_of,
     text_section_html,
 )
-from conftest import CORPORA
 
 BONTERMS = CORPORA / "bonterms-mutual-nda-v1.pdf"  # one page
 CNLI_411 = CORPORA / "cnli_dev_411.pdf"  # three pages; clause 2(a) runs from page 1 onto page 2

@@ -6,7 +6,6 @@ default context and answer length (as a user runs it), the sample NDAs."""
 from __future__ import annotations
 
 import pytest
-
 from serve_fixture import running_server
 
 BONTERMS = "bonterms-mutual-nda-v1.pdf"

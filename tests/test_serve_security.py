@@ -14,12 +14,11 @@ import time
 import httpx
 import openai
 import pytest
+from conftest import ROOT, in_ci, make_settings
 from fastapi.routing import APIRoute
+from serve_fixture import RAGKIT, SMALL, free_port, running_server
 from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
-
-from conftest import ROOT, in_ci, make_settings
-from serve_fixture import RAGKIT, SMALL, free_port, running_server
 
 from ragkit.commands.serve import check_bind
 from ragkit.errors import UsageError

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pypdfium2 as pdfium
 import pytest
+from conftest import CORPORA, make_settings
 from fastapi.testclient import TestClient
 from PIL import Image
-
-from conftest import CORPORA, make_settings
 
 BONTERMS = "bonterms-mutual-nda-v1.pdf"
 CNLI_411 = "cnli_dev_411.pdf"
@@ -88,7 +87,6 @@ def citation_quote(settings, name: str, claim: str) -> tuple[str, int]:
     """A quote as ragkit's citations make it (best_quote over the stored chunk that
     answers the claim) and the page the citation names (the chunk's first page)."""
     from ragkit.answer.citations import best_quote, content_words
-
     from ragkit.embed import load_embedder
     from ragkit.store import open_store
 

@@ -8,15 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fixtures.tiny_kimi import HPARAMS, build_tiny_kimi
 from typer.testing import CliRunner
 
 from ragkit.cli import app
 from ragkit.config import load_settings
-from ragkit.errors import UsageError
 from ragkit.doctor import simulate as S
+from ragkit.errors import UsageError
 from ragkit.generate.gguf_files import read_header
-
-from fixtures.tiny_kimi import HPARAMS, build_tiny_kimi
 
 # the tiny fixture's sizes, in the simulator's terms (the fixture mirrors the tensor
 # names and shapes llama.cpp's convert_hf_to_gguf.py writes for Kimi K2)

@@ -6,11 +6,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import CORPORA, SHARED
 
 from ragkit.ingest.loaders import load
 from ragkit.ingest.sections import build_sections, chunk_sections
-
-from conftest import CORPORA, SHARED
 
 DOCS = SHARED / "sec-10q-docugami" / "docs"
 

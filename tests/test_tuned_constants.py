@@ -38,7 +38,6 @@ from math import comb
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, make_settings
 
 FIX = Path(__file__).parent / "fixtures" / "unseen"

@@ -30,14 +30,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ragkit.answer.citations import Citation, extract, is_abstention
+from ragkit.answer.claims import Claim
+from ragkit.answer.passages import Passage
 from ragkit.config import Settings
 from ragkit.generate import Choice, Generation
 from ragkit.generate.base import match_option  # noqa: F401  (lives with `choose`; re-exported)
 from ragkit.retrieve import Retrieval, retrieve
-from ragkit.answer.citations import Citation, extract, is_abstention
-from ragkit.answer.claims import Claim
 from ragkit.retrieve.prompt import Prompt
-from ragkit.answer.passages import Passage
 from ragkit.session import Session, load_checked_generator  # noqa: F401  (its old home)
 
 ABSTAIN_TEXT = "The documents do not say."

@@ -34,9 +34,9 @@ from typing import Callable
 from ragkit.answer.ask import AskResult, abstain_if_irrelevant, answer_by_quoting, finish
 from ragkit.config import Settings
 from ragkit.errors import UsageError
-from ragkit.session import Session
 from ragkit.retrieve import retrieve
 from ragkit.retrieve.prompt import Prompt
+from ragkit.session import Session
 
 STATE_VERSION = 1
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ragkit.commands._common import INFERRED_NOTE, JsonOpt, ProfileOpt, StoreOpt, print_json, command_errors, settings_for, err, out
+from ragkit.commands._common import INFERRED_NOTE, JsonOpt, ProfileOpt, StoreOpt, command_errors, err, out, print_json, settings_for
 
 
 def print_claims(result, model_shown: bool = True) -> None:

@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         """Answer questions one after another (stdin, one a line; /exit ends), keeping the model and its
         KV cache loaded, so follow-ups on the same documents skip the prefill of the documents."""
         from ragkit.answer.chat import ChatSession
-        from ragkit.commands._common import INFERRED_NOTE, settings_for, command_errors, err, out
+        from ragkit.commands._common import INFERRED_NOTE, command_errors, err, out, settings_for
         from ragkit.commands.ask import print_claims
         from ragkit.retrieve.prompt import format_location
 

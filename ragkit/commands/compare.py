@@ -28,7 +28,8 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from ragkit.commands._common import fail, settings_for
-        from ragkit.compare import _conf, compare as run_compare, claim_support, cost_line, missing, to_html, to_markdown
+        from ragkit.compare import _conf, claim_support, cost_line, missing, to_html, to_markdown
+        from ragkit.compare import compare as run_compare
         from ragkit.errors import RagkitError, UsageError
         from ragkit.retrieve.prompt import format_location
 

@@ -8,9 +8,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from ragkit.commands._common import JsonOpt, StoreOpt, fail, print_json, settings_for, err, out
+from ragkit.commands._common import JsonOpt, StoreOpt, err, fail, out, print_json, settings_for
 from ragkit.errors import RagkitError
-
 
 docs_app = typer.Typer(help="List or remove ingested documents.", invoke_without_command=True, no_args_is_help=False)
 
@@ -59,9 +58,8 @@ def docs_rm(
 ) -> None:
     """Remove documents and their sections from the store."""
     from ragkit.embed import load_embedder
-    from ragkit.store import open_store
     from ragkit.retrieve.search import resolve_docs
-    from ragkit.store import StoreWriter
+    from ragkit.store import StoreWriter, open_store
 
     try:
         settings = settings_for(store)

@@ -18,7 +18,7 @@ def _human(n: float | None) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    from ragkit.commands._common import JsonOpt, ProfileOpt, fail, print_json, settings_for, err, out
+    from ragkit.commands._common import JsonOpt, ProfileOpt, err, fail, out, print_json, settings_for
 
     @app.command()
     def doctor(
@@ -36,8 +36,8 @@ def register(app: typer.Typer) -> None:
         (GPU or CPU RAM) under n_gpu_layers and tensor overrides, the KV cache at n_ctx, and what to change
         when it does not fit. Exits 0 when it fits (or when host RAM cannot be read: verdict "unknown"),
         3 when it does not fit this machine."""
-        from ragkit.errors import RagkitError
         from ragkit.doctor.fit import DoesNotFit, diagnose
+        from ragkit.errors import RagkitError
 
         if simulate or clean or validate:
             _simulate(profile, quant, shards, lengths, validate, clean, as_json)
@@ -87,9 +87,9 @@ def register(app: typer.Typer) -> None:
 def _simulate(profile, quant, shards, lengths, validate, clean, as_json) -> None:
     import tempfile
 
-    from ragkit.commands._common import fail, print_json, settings_for, err, out
-    from ragkit.errors import RagkitError, UsageError
+    from ragkit.commands._common import err, fail, out, print_json, settings_for
     from ragkit.doctor import simulate as sim
+    from ragkit.errors import RagkitError, UsageError
 
     try:
         settings = settings_for(None, profile)

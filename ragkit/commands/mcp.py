@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from ragkit.commands._common import JsonOpt, ProfileOpt, StoreOpt, fail, settings_for, err
+from ragkit.commands._common import JsonOpt, ProfileOpt, StoreOpt, err, fail, settings_for
 from ragkit.errors import RagkitError, UsageError
 
 

@@ -12,8 +12,8 @@ scripts imported from `ragkit.compare` is still here.
 """
 
 from ragkit.answer.passages import (  # noqa: F401  (the quote rules live with the sources, shared with ask)
-    LEXICAL_WEIGHT,
     _LIST_ITEM,
+    LEXICAL_WEIGHT,
     _is_heading,
     _quotable,
     _stemmer,
@@ -23,25 +23,16 @@ from ragkit.answer.passages import (  # noqa: F401  (the quote rules live with t
     with_lead_in,
 )
 from ragkit.compare.checklist import (  # noqa: F401
-    ChecklistItem,
-    LABELS,
-    NLI,
     _EXCEPTION,
     _EXCLUDES,
     _NEGATION,
     _NOT_EXCLUDING,
+    LABELS,
+    NLI,
+    ChecklistItem,
     contrary_scope,
     load_checklist,
     term_pattern,
-)
-from ragkit.compare.quotes import (  # noqa: F401
-    _best_quote,
-    _document_sentences,
-    _document_units,
-    _hypothesis_support,
-    _similarity,
-    _where,
-    evidence,
 )
 from ragkit.compare.label import (  # noqa: F401
     YES_NO,
@@ -54,11 +45,20 @@ from ragkit.compare.label import (  # noqa: F401
     on_point,
     unsupported_figures,
 )
+from ragkit.compare.quotes import (  # noqa: F401
+    _best_quote,
+    _document_sentences,
+    _document_units,
+    _hypothesis_support,
+    _similarity,
+    _where,
+    evidence,
+)
 from ragkit.compare.report import (  # noqa: F401
+    UNCERTAIN_BELOW,
     Comparison,
     Finding,
     Row,
-    UNCERTAIN_BELOW,
     _conf,
     _renormalised,
     agree_on_same_quotes,

@@ -28,17 +28,39 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragkit.config import Settings
-from ragkit.errors import RagkitError
 
 # by job: the facts (ragkit.doctor.facts), the plan (ragkit.doctor.placement); this module
 # reads the host and judges the generator at these settings on this machine
 from ragkit.doctor.facts import (  # noqa: F401
-    _CACHE_TYPE_SIZE, _EXPERT_RE, _LAYER_RE, EXPERTS_TO_CPU, GPU, GPU_RESERVE, HOST_RESERVE, GiB, HostFacts, MiB, ModelFacts,
-    is_expert, model_facts, tensor_layer,
+    _CACHE_TYPE_SIZE,
+    _EXPERT_RE,
+    _LAYER_RE,
+    EXPERTS_TO_CPU,
+    GPU,
+    GPU_RESERVE,
+    HOST_RESERVE,
+    GiB,
+    HostFacts,
+    MiB,
+    ModelFacts,
+    is_expert,
+    model_facts,
+    tensor_layer,
 )
 from ragkit.doctor.placement import (  # noqa: F401
-    _OK, Plan, _cache_types, _check, _compute_estimate, _gib, _largest_ctx, _largest_ngl, _place, kv_cache, plan,
+    _OK,
+    Plan,
+    _cache_types,
+    _check,
+    _compute_estimate,
+    _gib,
+    _largest_ctx,
+    _largest_ngl,
+    _place,
+    kv_cache,
+    plan,
 )
+from ragkit.errors import RagkitError
 
 
 class DoesNotFit(RagkitError):

@@ -9,7 +9,16 @@ from dataclasses import asdict, dataclass
 
 from ragkit.config import GeneratorSettings
 from ragkit.doctor.facts import (
-    _CACHE_TYPE_SIZE, EXPERTS_TO_CPU, GPU_RESERVE, HOST_RESERVE, GiB, HostFacts, MiB, ModelFacts, is_expert, tensor_layer,
+    _CACHE_TYPE_SIZE,
+    EXPERTS_TO_CPU,
+    GPU_RESERVE,
+    HOST_RESERVE,
+    GiB,
+    HostFacts,
+    MiB,
+    ModelFacts,
+    is_expert,
+    tensor_layer,
 )
 from ragkit.generate.overrides import matches, parse_overrides
 

@@ -40,19 +40,48 @@ from pathlib import Path
 from typing import Callable
 
 from ragkit.config import Settings
-from ragkit.errors import UsageError
 
 # by job: the slices (ragkit.doctor.slices), timing and projection (ragkit.doctor.timing),
 # the validation (ragkit.doctor.validation); this module runs the command
 from ragkit.doctor.slices import (  # noqa: F401
-    _FP16_FIELDS, _SCALE_F16, ATTN, DEFAULT_QUANT, DENSE, EXPS, KIMI_K2, QUANT_MIXES, SHEXP, SPECIAL_TOKENS, TensorSpec,
-    _byte_symbols, _mix, _random_tensor, _slice_key, add_deepseek2_metadata, bpe_vocab, estimate_bytes, layer_tensors,
-    mix_from_shards, model_tensors, tensor_bytes, write_model,
+    _FP16_FIELDS,
+    _SCALE_F16,
+    ATTN,
+    DEFAULT_QUANT,
+    DENSE,
+    EXPS,
+    KIMI_K2,
+    QUANT_MIXES,
+    SHEXP,
+    SPECIAL_TOKENS,
+    TensorSpec,
+    _byte_symbols,
+    _mix,
+    _random_tensor,
+    _slice_key,
+    add_deepseek2_metadata,
+    bpe_vocab,
+    estimate_bytes,
+    layer_tensors,
+    mix_from_shards,
+    model_tensors,
+    tensor_bytes,
+    write_model,
 )
 from ragkit.doctor.timing import (  # noqa: F401
-    Projection, Timing, _close, _decode_once, _fit, _load, _prefill_once, measure, measure_many, project,
+    Projection,
+    Timing,
+    _close,
+    _decode_once,
+    _fit,
+    _load,
+    _prefill_once,
+    measure,
+    measure_many,
+    project,
 )
 from ragkit.doctor.validation import SMALL, SMALL_MIX, validate  # noqa: F401
+from ragkit.errors import UsageError
 
 # ---------------------------------------------------------------------- the command
 

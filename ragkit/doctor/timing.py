@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ragkit.doctor.slices import SPECIAL_TOKENS
 
+
 @dataclass
 class Timing:
     prefill_s: dict[int, float]  # prompt length -> seconds (best of `repeats`)

@@ -17,19 +17,51 @@ from typing import Iterable, Sequence
 # the number reader is the pipeline's (ragkit.answer.figures): the claims check and the
 # metrics read figures the same way
 from ragkit.answer.figures import _QUOTES, Quantity, extract_numbers, same_number  # noqa: F401
+from ragkit.eval.metrics_answers import (  # noqa: F401
+    NLI,
+    abstention_scores,
+    answer_body,
+    answer_contains,
+    answer_match,
+    citation_scores,
+    claim_counts,
+    claim_scores,
+    nli_label,
+    nli_scores,
+    outcome_of,
+    squad_normalize,
+    strip_citations,
+    token_f1,
+)
+from ragkit.eval.metrics_numbers import (  # noqa: F401
+    _informative,
+    _same_up_to_scale,
+    answer_numbers_in_context,
+    gold_figure_in,
+    numeric_match,
+)
 
 # the metrics by job: text and retrieval, figures, answers and labels
 from ragkit.eval.metrics_text import (  # noqa: F401
-    _TOKEN, STRICT_RUN, TOKEN_COVERAGE, doc_recall, evidence_in, evidence_in_context, evidence_in_text,
-    evidence_in_text_strict, evidence_rank, evidence_rank_split, longest_shared_run, mrr, normalize, page_hit,
-    quote_matches_evidence, reciprocal_rank, tokens, tokens_through_rank, within_tokens,
-)
-from ragkit.eval.metrics_numbers import (  # noqa: F401
-    _informative, _same_up_to_scale, answer_numbers_in_context, gold_figure_in, numeric_match,
-)
-from ragkit.eval.metrics_answers import (  # noqa: F401
-    NLI, abstention_scores, answer_body, answer_contains, answer_match, citation_scores, claim_counts,
-    claim_scores, nli_label, nli_scores, outcome_of, squad_normalize, strip_citations, token_f1,
+    _TOKEN,
+    STRICT_RUN,
+    TOKEN_COVERAGE,
+    doc_recall,
+    evidence_in,
+    evidence_in_context,
+    evidence_in_text,
+    evidence_in_text_strict,
+    evidence_rank,
+    evidence_rank_split,
+    longest_shared_run,
+    mrr,
+    normalize,
+    page_hit,
+    quote_matches_evidence,
+    reciprocal_rank,
+    tokens,
+    tokens_through_rank,
+    within_tokens,
 )
 
 # ---------------------------------------------------------------------- cost and latency

@@ -281,8 +281,8 @@ def run_rows(path: Path) -> tuple[dict, list[str], list[dict]]:
     """The rows of a finished run (its folder, or its report.json): its report's scored
     questions, its answers.jsonl beside it, and the gold of its set file when that still
     loads (else the gold columns are empty)."""
-    from ragkit.eval.report import load_report
     from ragkit.eval.answers import ANSWERS, read_answers
+    from ragkit.eval.report import load_report
     from ragkit.eval.sets import load_set
 
     p = Path(path)

@@ -25,9 +25,9 @@ from typing import Callable, Iterable
 from ragkit.config import Settings
 from ragkit.errors import UsageError
 from ragkit.eval import metrics as M
+from ragkit.eval.answers import ANSWERS, read_answers  # noqa: F401  (the names this module always had)
 from ragkit.eval.sets import EvalItem, load_set, set_digest
 
-from ragkit.eval.answers import ANSWERS, read_answers  # noqa: F401  (the names this module always had)
 RUN_META = "run.json"
 STAGES = ("retrieve_s", "prompt_s", "generate_s", "ttft_s", "total_s")
 

@@ -43,7 +43,6 @@ from ragkit.openai_http import error_code as _error_code
 from ragkit.openai_http import error_detail as _detail
 from ragkit.openai_http import origin as _origin
 
-
 _NEXT_ROUTE = {"ids": "text", "text": "chat"}
 _ROUTE_MISSING = {404, 405, 501}  # the server has no such route (or method)
 # What engines say when a prompt does not fit their context (llama_cpp.server and

@@ -21,19 +21,29 @@ from ragkit.config import Settings
 from ragkit.embed import Embedder, load_embedder
 from ragkit.errors import DocumentError, StoreError, UsageError
 from ragkit.ingest import embcache
-from ragkit.store import ChromaStore, StoreWriter, open_store
 
 # by job: the sources (ragkit.ingest.sources: files, hashes, chunks, document ids), the
 # parse workers (ragkit.ingest.parsepool), the writer (ragkit.ingest.commit); this module
 # runs the job
 from ragkit.ingest.commit import _ingest_one
 from ragkit.ingest.parsepool import (  # noqa: F401
-    _SPAWN_LOCK, _WORKER, _error_reason, _main_hidden, _worker_init, auto_workers,
+    _SPAWN_LOCK,
+    _WORKER,
+    _error_reason,
+    _main_hidden,
+    _worker_init,
+    auto_workers,
 )
 from ragkit.ingest.parsepool import _Parsers as _ParsePool
 from ragkit.ingest.sources import (  # noqa: F401
-    _hash_file, _stat_key, chunk_file, chunking_key, discover, doc_id_for,
+    _hash_file,
+    _stat_key,
+    chunk_file,
+    chunking_key,
+    discover,
+    doc_id_for,
 )
+from ragkit.store import ChromaStore, StoreWriter, open_store
 
 
 @dataclass

@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from ragkit.errors import UsageError
-from ragkit.paths import read_prompt
 from ragkit.generate.chat_template import _SYS, _USER, render_chat_parts  # noqa: F401  (re-exported)
+from ragkit.paths import read_prompt
 from ragkit.store import Hit
 
 # Earlier turns of a conversation (`build(..., context=...)`) go after the sources and

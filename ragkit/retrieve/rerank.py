@@ -27,7 +27,6 @@ from ragkit.rerankers import (  # noqa: F401  (the backends' names, kept importa
 )
 from ragkit.store import Hit
 
-
 # ---------------------------------------------------------------------- the stage
 
 def fuse(order: list[str], scores: dict[str, float], weight: float, k: int = 60) -> list[tuple[str, float]]:

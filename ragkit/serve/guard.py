@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from ragkit.serve.errors import ApiError, BodyTooLarge
 
+
 def is_loopback_host(host: str) -> bool:
     """localhost, 127.0.0.0/8, ::1 (no name lookup: any other name is not loopback)."""
     h = host.strip().strip("[]").lower()

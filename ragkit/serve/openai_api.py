@@ -32,7 +32,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ragkit.errors import UsageError
 from ragkit.serve.answers import (  # noqa: F401  (re-exported: the routes' answer shapes)
-    SOURCES_HEAD, citation_json, claims_json, content_text, finish_reason, ragkit_json, sources_text, usage_json,
+    SOURCES_HEAD,
+    citation_json,
+    claims_json,
+    content_text,
+    finish_reason,
+    ragkit_json,
+    sources_text,
+    usage_json,
 )
 from ragkit.serve.errors import ApiError, error_for
 from ragkit.serve.state import Cancelled, Job, QueueFull, ServeState

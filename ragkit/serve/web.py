@@ -29,15 +29,49 @@ from fastapi.responses import Response
 from ragkit.errors import RagkitError
 from ragkit.serve import web_compare, web_uploads
 from ragkit.serve.web_compare import (  # noqa: F401
-    CompareBody, _finished_comparison, builtin_checklists, checklists, compare, compare_docx, compare_html, compare_md,
+    CompareBody,
+    _finished_comparison,
+    builtin_checklists,
+    checklists,
+    compare,
+    compare_docx,
+    compare_html,
+    compare_md,
 )
 from ragkit.serve.web_state import (  # noqa: F401
-    CSP, DEFAULT_UPLOAD_MB, DOC_ID, JOB_ID, KINDS, MAX_QUOTE_CHARS, MAX_UPLOAD_FILES, PUBLIC_PATHS, RENDER_TIMEOUT_S,
-    RENDERER, STATIC_DIR, STATIC_FILES, Job, Jobs, Renderer, WebState, _web, kind_of, upload_limit_of,
+    CSP,
+    DEFAULT_UPLOAD_MB,
+    DOC_ID,
+    JOB_ID,
+    KINDS,
+    MAX_QUOTE_CHARS,
+    MAX_UPLOAD_FILES,
+    PUBLIC_PATHS,
+    RENDER_TIMEOUT_S,
+    RENDERER,
+    STATIC_DIR,
+    STATIC_FILES,
+    Job,
+    Jobs,
+    Renderer,
+    WebState,
+    _web,
+    kind_of,
+    upload_limit_of,
 )
 from ragkit.serve.web_uploads import (  # noqa: F401
-    _CONTROL, UPLOAD_PATH, _ingest_uploads, _prepare_dirs, _refresh_state, _restore, _TooLarge, _write_new, safe_display,
-    safe_name, upload, upload_request_cap,
+    _CONTROL,
+    UPLOAD_PATH,
+    _ingest_uploads,
+    _prepare_dirs,
+    _refresh_state,
+    _restore,
+    _TooLarge,
+    _write_new,
+    safe_display,
+    safe_name,
+    upload,
+    upload_request_cap,
 )
 
 # ---------------------------------------------------------------- routes

@@ -29,7 +29,6 @@ from ragkit.store.records import (
 from ragkit.store.sidecars import Sidecars
 
 
-
 @contextmanager
 def chroma_write(store: "ChromaStore") -> Iterator[None]:
     """A write to Chroma that fails (a full disk under the embedded store, a server that went
