@@ -17,7 +17,6 @@ The stage that fuses their order with the ranking is `ragkit.retrieve.rerank`.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -135,13 +134,15 @@ class SentenceTransformersCrossEncoder:
 class OpenAIReranker:
     """An engine's rerank route: `POST {base}/v1/rerank` with {"model", "query",
     "documents"} -> {"results": [{"index", "relevance_score"}]} (llama-server, vLLM, TEI,
-    Infinity, Jina, Cohere v2 all answer this shape). Retries refused connections,
-    time-outs, 429 and 5xx with backoff; what comes back is checked (one finite score per
-    document)."""
+    Infinity, Jina, Cohere v2 all answer this shape), sent by the official `openai` client
+    (its retries with backoff on refused connections, time-outs, 429 and 5xx; no proxy from
+    the environment, no redirects); what comes back is checked (one finite score per document)."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None, model: str | None = None, timeout_s: float = 60.0,
                  retries: int = 2):
-        from ragkit.openai_http import normalize_base_url
+        import openai
+
+        from ragkit.openai_http import CONNECT_TIMEOUT_S, NO_API_KEY, normalize_base_url
 
         self.base_url = normalize_base_url(base_url)
         self.api_key = api_key
@@ -149,61 +150,56 @@ class OpenAIReranker:
         self.timeout_s = timeout_s
         self.retries = retries
         self.name = f"openai:{model or self.base_url}"
-        self.requests = 0
+        self.requests = 0  # requests sent, retries included
+
+        def count(request) -> None:
+            self.requests += 1
+
+        http = openai.DefaultHttpxClient(trust_env=False, follow_redirects=False, event_hooks={"request": [count]})
+        self.client = openai.OpenAI(base_url=self.base_url + "/v1", api_key=api_key or NO_API_KEY, max_retries=retries,
+                                    timeout=openai.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S)),
+                                    http_client=http)
 
     def score(self, query: str, passages: list[str]) -> list[float]:
         import math
 
         import httpx
+        import openai
 
-        from ragkit.openai_http import CONNECT_TIMEOUT_S
+        from ragkit.openai_http import error_detail
 
         if not passages:
             return []
         body: dict = {"query": query, "documents": list(passages), "top_n": len(passages)}
         if self.model:
             body["model"] = self.model
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         url = self.base_url + "/v1/rerank"
-        last: Exception | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(min(0.5 * 2 ** (attempt - 1), 4.0))
-            try:
-                self.requests += 1
-                with httpx.Client(timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, CONNECT_TIMEOUT_S)),
-                                  trust_env=False,
-                                  follow_redirects=False) as client:
-                    r = client.post(url, json=body, headers=headers)
-            except httpx.HTTPError as exc:
-                last = exc
-                continue
-            if r.status_code == 429 or r.status_code >= 500:
-                last = RerankerError(f"{url} answered {r.status_code}")
-                continue
-            if r.status_code in (401, 403):
-                raise RerankerError(f"{url} refused the request ({r.status_code})", hint="set retrieve.rerank_api_key")
-            if r.status_code in (404, 405, 501):
-                raise RerankerError(f"{url} has no rerank route ({r.status_code})",
-                                    hint="serve a reranking model (llama-server --reranking, vllm serve --task score)")
-            if r.status_code != 200:
-                raise RerankerError(f"{url} answered {r.status_code}: {r.text[:200]}")
-            try:
-                results = r.json()["results"]
-                scores: list[float | None] = [None] * len(passages)
-                for res in results:
-                    i = int(res["index"])
-                    s = float(res.get("relevance_score", res.get("score")))
-                    if not (0 <= i < len(passages)) or not math.isfinite(s):
-                        raise ValueError(f"index {i} / score {s}")
-                    scores[i] = s
-            except (ValueError, KeyError, TypeError) as exc:
-                raise RerankerError(f"{url} answered something that is not a rerank result: {exc}") from None
-            if any(s is None for s in scores):
-                raise RerankerError(f"{url} scored {sum(s is not None for s in scores)} of {len(passages)} documents")
-            return scores  # type: ignore[return-value]
-        raise RerankerError(f"no answer from {url} after {self.retries + 1} tries: {last}",
-                            hint="is the rerank server running? (retrieve.rerank_base_url)")
+        try:
+            r = self.client.post("/rerank", body=body, cast_to=httpx.Response)
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise RerankerError(f"{url} refused the request ({exc.status_code})", hint="set retrieve.rerank_api_key") from None
+        except openai.APIStatusError as exc:
+            if exc.status_code in (404, 405, 501):
+                raise RerankerError(f"{url} has no rerank route ({exc.status_code})",
+                                    hint="serve a reranking model (llama-server --reranking, vllm serve --task score)") from None
+            raise RerankerError(f"{url} answered {exc.status_code}: {error_detail(exc)}") from None
+        except openai.APIConnectionError as exc:  # refused, reset, timed out: after the client's retries
+            raise RerankerError(f"no answer from {url} after {self.retries + 1} tries: {error_detail(exc)}",
+                                hint="is the rerank server running? (retrieve.rerank_base_url)") from None
+        try:
+            results = r.json()["results"]
+            scores: list[float | None] = [None] * len(passages)
+            for res in results:
+                i = int(res["index"])
+                s = float(res.get("relevance_score", res.get("score")))
+                if not (0 <= i < len(passages)) or not math.isfinite(s):
+                    raise ValueError(f"index {i} / score {s}")
+                scores[i] = s
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RerankerError(f"{url} answered something that is not a rerank result: {exc}") from None
+        if any(s is None for s in scores):
+            raise RerankerError(f"{url} scored {sum(s is not None for s in scores)} of {len(passages)} documents")
+        return scores  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------- loading

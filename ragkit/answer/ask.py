@@ -405,11 +405,11 @@ def ask_choice(
         gen = Generation(text=ch.option, prompt_tokens=ch.prompt_tokens, cached_tokens=ch.cached_tokens,
                          ttft_s=ch.ttft_s, total_s=ch.total_s, finish_reason="choice")
     else:
-        gen = generator.generate(scored.ids, max_tokens=8)
-        picked = match_option(gen.text, options)
-        ch = Choice(option=picked or "", logprobs={o: (0.0 if o == picked else float("-inf")) for o in options},
-                    prompt_tokens=gen.prompt_tokens, cached_tokens=gen.cached_tokens, ttft_s=gen.ttft_s,
-                    total_s=gen.total_s, scored=False)
+        from ragkit.generate.base import choose_by_text
+
+        ch = choose_by_text(generator, scored.ids, options)
+        gen = Generation(text=ch.option, prompt_tokens=ch.prompt_tokens, cached_tokens=ch.cached_tokens,
+                         ttft_s=ch.ttft_s, total_s=ch.total_s, finish_reason="stop")
     result.choice = ch
     result.generation = gen
     result.answer = ch.option

@@ -15,6 +15,24 @@ ABSTAIN = "the documents do not say"
 
 
 @dataclass
+class SourceSpan:
+    """Words quoted from one source of the prompt: its number [n], document, pages and
+    section. A claim's supporting sentence and an unverified answer's passage are both one."""
+
+    n: int  # the source's number in the prompt ([n])
+    doc: str
+    doc_id: str
+    page: int | None
+    page_end: int | None
+    section: str | None
+    quote: str
+
+    def span_json(self) -> dict:
+        return {"n": self.n, "doc": self.doc, "doc_id": self.doc_id, "page": self.page, "page_end": self.page_end,
+                "section": self.section, "quote": self.quote}
+
+
+@dataclass
 class Citation:
     n: int
     doc: str

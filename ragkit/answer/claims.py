@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ragkit.answer.citations import SourceSpan
+
 if TYPE_CHECKING:  # pragma: no cover
     from ragkit.retrieve.prompt import Context
 
@@ -42,22 +44,14 @@ CANDIDATES = 12  # sentences embedded per claim (those sharing most of its words
 
 
 @dataclass
-class SentenceCitation:
-    """One source sentence that supports a claim."""
+class SentenceCitation(SourceSpan):
+    """One source sentence (`quote`) that supports a claim."""
 
-    n: int  # the source's number in the prompt ([n])
-    doc: str
-    doc_id: str
-    page: int | None
-    page_end: int | None
-    section: str | None
-    quote: str  # the sentence itself
     support: float
     inferred: bool = True  # False when the model's own marker [n] named this source
 
     def to_json(self) -> dict:
-        return {"n": self.n, "doc": self.doc, "doc_id": self.doc_id, "page": self.page, "page_end": self.page_end, "section": self.section,
-                "quote": self.quote, "support": round(self.support, 3), "inferred": self.inferred}
+        return {**self.span_json(), "support": round(self.support, 3), "inferred": self.inferred}
 
 
 @dataclass

@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ragkit.answer.citations import SourceSpan
+
 # the one sentence splitter (ragkit.sentences): a quote is a sentence or a list item of it
 from ragkit.sentences import LIST_ITEM as _LIST_ITEM  # noqa: E402
 from ragkit.sentences import split_units  # noqa: E402,F401  (re-exported: compare reads it here)
@@ -137,23 +139,14 @@ RELEVANCE_MIN = 0.25
 
 
 @dataclass
-class Passage:
+class Passage(SourceSpan):
     """A sentence (or list item with its lead-in) of a source, chosen for the question."""
 
-    n: int  # the source's number in the prompt ([n])
-    doc: str
-    doc_id: str
-    page: int | None
-    page_end: int | None
-    section: str | None
-    quote: str
     score: float = 0.0  # how well it answers the question (cosine + word share, as the checklist ranks)
     relevance: float = 0.0  # 0-1, calibrated (see RELEVANCE_MIN)
 
     def to_json(self) -> dict:
-        return {"n": self.n, "doc": self.doc, "doc_id": self.doc_id, "page": self.page, "page_end": self.page_end,
-                "section": self.section, "quote": self.quote, "score": round(self.score, 3),
-                "relevance": round(self.relevance, 3)}
+        return {**self.span_json(), "score": round(self.score, 3), "relevance": round(self.relevance, 3)}
 
 
 @dataclass

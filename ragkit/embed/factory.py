@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,14 +38,9 @@ ONNX_DEFAULT_PRECISION = "fp32"
 
 def backend_class(name: str) -> type:
     """The embedder class registered for an engine name (imported now, not before)."""
-    try:
-        target = BACKENDS[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown embedder backend {name!r}", hint=f"the embedder backends are {', '.join(sorted(BACKENDS))}"
-        ) from None
-    module, _, attr = target.partition(":")
-    return getattr(import_module(module), attr)
+    from ragkit.registry import import_target
+
+    return import_target(BACKENDS, name, what="embedder backend", setting="embed.backend")
 
 
 def cpu_has_bf16() -> bool:

@@ -157,3 +157,19 @@ def match_option(text: str, options: list[str]) -> str | None:
     if any(re.search(r"\b" + re.escape(o.lower()) + r"\b", rest) for o in options if o != hits[0]):
         return None
     return hits[0]
+
+
+def choose_by_text(gen, prompt_ids: list[int], options: list[str], *, note: str | None = None,
+                   max_tokens: int = 8) -> "Choice":
+    """`choose` for a generator that scores no options (an engine without log-probabilities,
+    or one without `choose`): a short answer is generated and the option it starts with is
+    read (`match_option`); the choice is marked as not scored."""
+    import time
+
+    t0 = time.perf_counter()
+    out = gen.generate(prompt_ids, max_tokens=max_tokens)
+    picked = match_option(out.text, options)
+    return Choice(option=picked or "", logprobs={o: (0.0 if o == picked else float("-inf")) for o in options},
+                  prompt_tokens=out.prompt_tokens, cached_tokens=out.cached_tokens, ttft_s=out.ttft_s,
+                  total_s=time.perf_counter() - t0, scored=False,
+                  note=None if note is None else f"{note}; the option was read from its answer {out.text.strip()[:40]!r}")

@@ -6,10 +6,7 @@ llama_cpp nor openai."""
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
-
-from ragkit.errors import ConfigError
 
 if TYPE_CHECKING:
     from ragkit.config import Settings
@@ -25,14 +22,9 @@ BACKENDS: dict[str, str] = {
 
 def backend_class(name: str) -> type:
     """The generator class registered for a backend name (imported now, not before)."""
-    try:
-        target = BACKENDS[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown generator backend {name!r}", hint=f"generator.backend is one of {', '.join(sorted(BACKENDS))}"
-        ) from None
-    module, _, attr = target.partition(":")
-    return getattr(import_module(module), attr)
+    from ragkit.registry import import_target
+
+    return import_target(BACKENDS, name, what="generator backend", setting="generator.backend")
 
 
 def load_generator(settings: "Settings", *, vocab_only: bool = False) -> "Generator":

@@ -513,15 +513,12 @@ class OpenAICompatGenerator:
         return out
 
     def _choose_by_text(self, prompt_ids: list[int], options: list[str], t0: float) -> Choice:
-        from ragkit.generate.base import match_option
+        from ragkit.generate.base import choose_by_text
 
-        gen = self.generate(prompt_ids, max_tokens=8)
-        picked = match_option(gen.text, options)
-        return Choice(option=picked or "", logprobs={o: (0.0 if o == picked else float("-inf")) for o in options},
-                      prompt_tokens=gen.prompt_tokens, cached_tokens=gen.cached_tokens, ttft_s=gen.ttft_s,
-                      total_s=time.perf_counter() - t0, scored=False,
-                      note=f"not scored: the generator at {self.base_url} gives no log-probabilities ({self.no_logprobs}); "
-                           f"the option was read from its answer {gen.text.strip()[:40]!r}")
+        ch = choose_by_text(self, prompt_ids, options, note=f"not scored: the generator at {self.base_url} gives no "
+                                                          f"log-probabilities ({self.no_logprobs})")
+        ch.total_s = time.perf_counter() - t0
+        return ch
 
     def _finish(self, gen: Generation, usage: dict, prompt_ids: list[int]) -> Generation:
         timings = usage.pop("_timings", {}) if usage else {}
