@@ -104,6 +104,12 @@ RERANK_ABSTAIN_BELOW_DEFAULT: float | None = None
 
 class RetrieveSettings(BaseModel):
     mode: Literal["hybrid", "dense", "bm25"] = "hybrid"
+    # the lexical index's engine (ragkit/store/lexical_backend.py). eval/bench_ranking.py, segments -> tantivy
+    # (no_rerank / default): ContractNLI MRR strict 0.639 -> 0.638 / 0.659 -> 0.661, within 1,000 tokens
+    # 0.834 -> 0.832 / 0.852 -> 0.853; CUAD within 2,000 0.677 -> 0.686 / 0.686 -> 0.686; SEC fig@5 0.880 -> 0.867
+    # (1 of 77) / 0.853 -> 0.853. eval/bench_retrieval.py p50 at 100K chunks (a loaded machine): hybrid 4.9-5.1
+    # -> 4.2-4.5 ms, bm25 1.2 -> 0.8 ms, one document 1.15 -> 1.03 ms; on disk 53 MB -> 11 MB.
+    lexical: Literal["segments", "tantivy"] = "segments"
     top_k: int = 8
     candidates: int = 40
     rrf_k: int = 60
@@ -172,10 +178,10 @@ class RetrieveSettings(BaseModel):
     abstain_unsupported: bool = Field(
         True, description="check an answer none of whose claims a source sentence supports against the evidence: "
         "passages on point -> outcome unverified (the passages shown), none -> not_found ('The documents do not say.'); "
-        "the generated text is kept as model_answer (ragkit.ask.check_outcome). false: keep the answer as generated",
+        "the generated text is kept as model_answer (ragkit.answer.ask.check_outcome). false: keep the answer as generated",
     )
     relevance_min: float = Field(
-        0.25, ge=0, le=1, description="a passage is on point when its relevance to the question (ragkit.retrieve.quotes: "
+        0.25, ge=0, le=1, description="a passage is on point when its relevance to the question (ragkit.answer.passages: "
         "calibrated cosine and key-term share, 0-1) reaches this; below it the outcome is not_found",
     )
     extractive: bool = Field(
@@ -241,7 +247,7 @@ class CompareSettings(BaseModel):
     # else the model chooses between Yes and No; "model": the model chooses among all three
     not_mentioned: Literal["evidence", "model"] = "evidence"
     # a quote is on point when the item's hypothesis, read as a claim, is supported by it at
-    # least this much (ragkit.retrieve.claims), its cosine stands on_point_z deviations
+    # least this much (ragkit.answer.claims), its cosine stands on_point_z deviations
     # above the document's sentences, and it holds on_point_coverage of the item's words
     # (fitted on 4 ContractNLI NDAs, checked on the other 4: eval/README.md)
     on_point_support: float = 0.45
@@ -275,6 +281,10 @@ class ClusterSettings(BaseModel):
                                 "\"auto\" = the cluster running on this machine; None = no cluster (the local pipeline)")
     embedders: int = Field(0, ge=0, description="embedder actors (one model load each); 0 = one per alive node")
     connect_timeout_s: float = Field(5.0, gt=0, description="seconds to reach the cluster's head before giving up")
+    engines: list[str] = Field([], description="`eval run --cluster`: OpenAI-compatible engines (base URLs, e.g. "
+                               "http://10.0.0.5:8000/v1) the answering actors share, actor i asking engines[i mod n]; "
+                               "[] = each actor's generator as configured (local, or generator.base_url: one engine "
+                               "or a load balancer)")
 
 
 # Profiles set generator defaults for a kind of machine. Values the user sets in

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-
 from conftest import CORPORA, ROOT, make_settings
 from test_chroma_server import chroma_server  # noqa: F401  (the `chroma run` server fixture)
 
@@ -25,9 +24,9 @@ BAD = "broken-scan.pdf"
 
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory):
-    from ragkit.cluster import local
-
     from test_network import _strace_cmd
+
+    from ragkit.cluster import local
 
     temp = Path(f"/tmp/rk-ray-{os.getpid()}")  # Ray's socket paths must stay short (AF_UNIX: 107 bytes)
     shutil.rmtree(temp, ignore_errors=True)
@@ -291,6 +290,44 @@ def test_eval_run_on_the_cluster_with_an_actor_killed_records_each_question_once
     run_eval(opts, on_event=lambda k, i: events.append(k), answer_many=answer_on_cluster(ray_cluster.address))
     assert "answered" not in events
     assert len((tmp_path / "cluster" / "answers.jsonl").read_text().splitlines()) == len(ref)
+
+
+def test_eval_on_the_cluster_answers_through_an_engine_pool(ray_cluster, reference, tmp_path):
+    """Two real `python -m llama_cpp.server` engines as the pool (cluster.engines): two answering
+    actors, one per engine, each question answered and recorded once, both engines asked, and
+    the answers those of a local run against one of the engines (same model, greedy)."""
+    from test_openai_backend import Server
+
+    from ragkit.cluster.eval import answer_on_cluster
+    from ragkit.eval.run import RunOptions, run_eval
+
+    settings, _, _ = reference
+    set_path = ROOT / "eval" / "sets" / "nda-demo.jsonl"
+    engines = [Server(tmp_path / f"engine{i}.log") for i in range(2)]
+    env = {"RAGKIT_GENERATOR__MAX_TOKENS": "32", "RAGKIT_GENERATOR__N_CTX": "2048", "RAGKIT_RETRIEVE__TOP_K": "2"}
+    try:
+        os.environ.update(env)
+        os.environ["RAGKIT_GENERATOR__BACKEND"] = "openai"
+        os.environ["RAGKIT_GENERATOR__BASE_URL"] = engines[0].url
+        local = run_eval(RunOptions(set_path=set_path, out=tmp_path / "local", store=settings.store, limit=2))
+        del os.environ["RAGKIT_GENERATOR__BACKEND"], os.environ["RAGKIT_GENERATOR__BASE_URL"]
+        os.environ["RAGKIT_CLUSTER__ENGINES"] = json.dumps([e.url for e in engines])
+        before = [e.log.read_text().count("POST /v1/") for e in engines]
+        report = run_eval(RunOptions(set_path=set_path, out=tmp_path / "pool", store=settings.store, limit=2),
+                          answer_many=answer_on_cluster(ray_cluster.address))
+        asked = [e.log.read_text().count("POST /v1/") - b for e, b in zip(engines, before)]
+    finally:
+        for k in [*env, "RAGKIT_CLUSTER__ENGINES", "RAGKIT_GENERATOR__BACKEND", "RAGKIT_GENERATOR__BASE_URL"]:
+            os.environ.pop(k, None)
+        for e in engines:
+            e.stop()
+    recs = [json.loads(x) for x in (tmp_path / "pool" / "answers.jsonl").read_text().splitlines() if x.strip()]
+    ref = {r["id"]: r for r in (json.loads(x) for x in (tmp_path / "local" / "answers.jsonl").read_text().splitlines() if x.strip())}
+    assert sorted(r["id"] for r in recs) == sorted(ref) and len(recs) == 2
+    assert all(a > 0 for a in asked), asked  # each engine of the pool answered
+    for r in recs:
+        assert r["status"] == "ok" and r["answer"] and r["answer"] == ref[r["id"]]["answer"], r["id"]
+    assert set(report) == set(local)
 
 
 # ---------------------------------------------------------------------- a Chroma server behind the cluster

@@ -16,6 +16,16 @@ ANSWER_RETRIES = 3  # an answering actor is restarted (and its question re-asked
 IN_FLIGHT = 2  # questions queued per actor, so none idles between two
 
 
+def engine_settings(settings: Settings, j: int) -> Settings:
+    """The settings of answering actor `j`: its engine of `cluster.engines` (round robin), or
+    the settings as they are when no pool is named."""
+    engines = settings.cluster.engines
+    if not engines:
+        return settings
+    gen = settings.generator.model_copy(update={"backend": "openai", "base_url": engines[j % len(engines)]})
+    return settings.model_copy(update={"generator": gen})
+
+
 class _AnswerActor:
     def __init__(self, settings: Settings, retrieval_only: bool):
         import ragkit  # noqa: F401  (offline switches, before any model library)
@@ -28,8 +38,9 @@ class _AnswerActor:
 
 
 def answer_on_cluster(address: str | None) -> Callable:
-    """An `answer_many` for `run_eval`: connects on first use, one actor per alive node
-    (setting cluster.embedders, when set, is the count), and disconnects at the end."""
+    """An `answer_many` for `run_eval`: connects on first use, one actor per alive node or per
+    engine of `cluster.engines`, whichever is more (cluster.embedders, when set, is the
+    count), and disconnects at the end."""
 
     def answer_many(settings: Settings, retrieval_only: bool, items: list) -> Iterator[dict]:
         import ray
@@ -45,10 +56,11 @@ def answer_on_cluster(address: str | None) -> Callable:
         ours = connect(where, settings.cluster.connect_timeout_s)
         actors: list = []
         try:
-            n = min(settings.cluster.embedders or max(1, len(alive_nodes())), len(items))
+            engines = settings.cluster.engines
+            n = min(settings.cluster.embedders or max(1, len(alive_nodes()), len(engines)), len(items))
             cls = ray.remote(_AnswerActor).options(max_restarts=ANSWER_RETRIES, max_task_retries=ANSWER_RETRIES,
                                                    scheduling_strategy="SPREAD")
-            actors = [cls.remote(settings, retrieval_only) for _ in range(n)]
+            actors = [cls.remote(engine_settings(settings, j), retrieval_only) for j in range(n)]
             todo = list(reversed(items))
             pending: dict = {}  # ref -> actor index
             load = [0] * n
