@@ -27,13 +27,10 @@ def docs_list(
     """List ingested documents with their section and chunk counts."""
     if ctx.invoked_subcommand is not None:
         return
-    from ragkit.embed import load_embedder
-    from ragkit.store import open_store
+    from ragkit.session import Session
 
     try:
-        settings = settings_for(store)
-        st = open_store(settings, load_embedder(settings), create=False)
-        records = st.documents()
+        records = Session(settings_for(store)).store.documents()
     except RagkitError as exc:
         fail(exc, as_json)
         return
@@ -57,15 +54,15 @@ def docs_rm(
     as_json: bool = JsonOpt,
 ) -> None:
     """Remove documents and their sections from the store."""
-    from ragkit.embed import load_embedder
     from ragkit.retrieve.search import resolve_docs
-    from ragkit.store import StoreWriter, open_store
+    from ragkit.session import Session
+    from ragkit.store import StoreWriter
 
     try:
         settings = settings_for(store)
-        embedder = load_embedder(settings)
+        session = Session(settings)
         with StoreWriter(settings) as writer:
-            st = open_store(settings, embedder, create=False)
+            st = session.store
             st.guard = writer.check
             recs = resolve_docs(st.documents(), names)
             removed = [st.remove_document(r.key) for r in recs]
