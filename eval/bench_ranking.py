@@ -5,6 +5,7 @@ prints figures, not a test).
     .venv/bin/python eval/bench_ranking.py --sets contractnli --methods baseline,default
     .venv/bin/python eval/bench_ranking.py --build-only
     .venv/bin/python eval/bench_ranking.py --json
+    .venv/bin/python eval/bench_ranking.py --lexical tantivy    # the lexical index on tantivy (retrieve.lexical)
 
 Stores are built once and cached outside the repository (`--cache`, default
 /tmp/ragkit-rank/), each through the real ingest path (real embedder, real Chroma, real
@@ -138,11 +139,27 @@ def lexical_signature() -> str:
     return hashlib.sha256(src.encode()).hexdigest()[:16]
 
 
+LEXICAL = "segments"  # --lexical: the lexical index's engine (retrieve.lexical); records get a suffix for tantivy
+
+
+def use_lexical(name: str) -> None:
+    """Route the product's lexical calls (`retrieve`, ingest's sync, this script's build) to
+    the engine `name`, through the dispatcher's table (ragkit/store/lexical_backend.py)."""
+    global LEXICAL
+    LEXICAL = name
+    if name == "segments":
+        return
+    from ragkit.store import lexical, lexical_backend
+
+    mod = lexical_backend.module_for(name)
+    lexical.index_dir, lexical.open_index, lexical.refresh = mod.index_dir, mod.open_index, mod.refresh
+
+
 def build(name: str, cache: Path) -> None:
+    from ragkit.embed import load_embedder
     from ragkit.ingest import ingest
     from ragkit.retrieve import bm25
     from ragkit.store import open_store
-    from ragkit.embed import load_embedder
 
     settings = settings_for(name, cache)
     marker = cache / name / "built.json"
@@ -155,7 +172,7 @@ def build(name: str, cache: Path) -> None:
             raise SystemExit(f"[{name}] ingest failed for {rep.failed}")
         marker.write_text(json.dumps({"chunks": rep.chunks, "ingest_s": round(time.perf_counter() - t0, 1)}))
         log(f"[{name}] {rep.chunks} chunks in {time.perf_counter() - t0:.0f} s")
-    sig_path = cache / name / "lexical.sig"
+    sig_path = cache / name / ("lexical.sig" if LEXICAL == "segments" else f"lexical-{LEXICAL}.sig")
     sig = lexical_signature()
     if not sig_path.exists() or sig_path.read_text() != sig:
         store = open_store(settings, load_embedder(settings), create=False)
@@ -201,13 +218,31 @@ def record(item, r) -> dict:
     }
 
 
+_SESSIONS: dict[int, object] = {}
+
+
+def session_for(settings):
+    """One `ragkit.session.Session` per Settings object (its embedder, store, reranker and
+    lexical index loaded once for every item, as `eval run` holds one), or the Settings
+    itself on a checkout without sessions."""
+    try:
+        from ragkit.session import Session
+    except ImportError:
+        return settings
+    key = id(settings)
+    if key not in _SESSIONS:
+        _SESSIONS[key] = (settings, Session(settings))
+    return _SESSIONS[key][1]
+
+
 def prime_queries(settings, items) -> None:
     """Embed every question of the set in one batch and answer `embed_query` from those
     vectors: the same model and normalization, one batch instead of one call per
     question (a single-text encode costs ~1.7 s under load here, most of a retrieve)."""
     from ragkit.embed import load_embedder
 
-    emb = load_embedder(settings)
+    emb = session_for(settings).embedder if hasattr(session_for(settings), "memo") else load_embedder(settings)
+    emb = getattr(emb, "inner", emb)  # a Session's embedder remembers vectors around the model's
     if not hasattr(emb, "_encode"):
         return
     from ragkit.retrieve.abstain import PROBES
@@ -282,7 +317,8 @@ def prime_reranker(settings, path: Path):
     settings turn reranking off."""
     from ragkit.retrieve.rerank import load_reranker
 
-    r = load_reranker(settings)
+    sess = session_for(settings)
+    r = sess.reranker if hasattr(sess, "memo") else load_reranker(settings)
     if r is None:
         return None
     if not isinstance(getattr(r, "_memo", None), ScoreMemo):
@@ -378,14 +414,15 @@ def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: 
     rows = []
     costs: list[tuple[float, int, int]] = []
     safe = method.replace("/", "_")
-    out_path = cache / name / f"records-{safe}.jsonl"
+    out_path = cache / name / (f"records-{safe}.jsonl" if LEXICAL == "segments" else f"records-{safe}-{LEXICAL}.jsonl")
     sink = open(out_path, "w", encoding="utf-8") if from_records is None else None
     t0 = time.perf_counter()
     for n, item in enumerate(items, 1):
         if from_records is None:
             if memo is not None:
                 memo.reset()
-            rec = record(item, retrieve(item.question, settings, [item.doc] if item.doc else None, generator=gen))
+            rec = record(item, retrieve(item.question, session_for(settings), [item.doc] if item.doc else None,
+                                        generator=gen))
             if memo is not None:
                 costs.append(memo.reset())
             sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
@@ -541,7 +578,7 @@ def not_found(names: list[str], cache: Path, gen, seed: int, method: str, docs_p
         for n, (half, doc, q, kind) in enumerate(asked, 1):
             key = (name, doc, q)
             if key not in done:
-                r = retrieve(q, settings, [doc], generator=gen)
+                r = retrieve(q, session_for(settings), [doc], generator=gen)
                 done[key] = {"set": name, "doc": doc, "question": q, "kind": kind,
                              "best": r.rerank.best if r.rerank else None, "gate": r.abstain_reason is not None,
                              "similarity": r.prompt.best_similarity}
@@ -631,6 +668,8 @@ def main() -> None:
                     help="a --cache folder where this script ran on the code before issue 14 (method default): "
                          "its records are scored here as the method 'before'")
     ap.add_argument("--json", action="store_true", help="one JSON object: {set: {method: figures}}")
+    ap.add_argument("--lexical", choices=("segments", "tantivy"), default="segments",
+                    help="the lexical index's engine (retrieve.lexical); tantivy's records go to records-METHOD-tantivy.jsonl")
     ap.add_argument("--rerank-grid", action="store_true",
                     help="choose the reranker's pool and weight on one half of each set's documents (split by --seed) "
                          "and report the choice and the ranking without it on the other half (issue 24)")
@@ -653,6 +692,7 @@ def main() -> None:
     EMBED_MODEL = args.embed_model
     SEEDED_SPLIT = args.seeded_split
     SKIP = args.skip
+    use_lexical(args.lexical)
     names = [s for s in args.sets.split(",") if s]
     methods = [m for m in args.methods.split(",") if m]
     for m in methods:

@@ -1,6 +1,7 @@
 """Benchmark: retrieval latency and memory at 10K / 100K / 1M chunks (prints figures; not a test).
 
     .venv/bin/python eval/bench_retrieval.py [--chunks 10000 100000 1000000] [--queries 200] [--json] [--cached-only]
+        [--lexical segments|tantivy]
 
 Stores of real legal text (eval/bench_corpus.py: sentences of the CUAD, ContractNLI and
 FDA texts in the shared corpora, random unit vectors, 200 chunks per document), built
@@ -51,17 +52,19 @@ def pct(xs: list[float], p: float) -> float:
     return round(float(np.percentile(np.asarray(xs), p)) * 1000, 2) if xs else float("nan")
 
 
-def run(n: int, queries: int, log) -> dict:
-    from ragkit.retrieve import bm25
+def run(n: int, queries: int, log, engine: str = "segments") -> dict:
     from ragkit.retrieve.search import hybrid_search
     from ragkit.store import ChromaStore
+    from ragkit.store.lexical_backend import module_for
+
+    bm25 = module_for(engine)  # the lexical index's engine (retrieve.lexical)
 
     t0 = time.perf_counter()
     path = bc.build(n, log=log)
     t_build = time.perf_counter() - t0
     t0 = time.perf_counter()
     store = ChromaStore(path, url=None, collection=bc.COLLECTION, embedder_name=bc.EMBEDDER, dim=bc.DIM, create=False)
-    folder = path / "bm25"
+    folder = path / ("bm25" if engine == "segments" else f"lexical-{engine}")
     wrote = bm25.refresh(store, folder)  # the writer's sync (the first time: sidecars and segments for every document)
     t_sync = time.perf_counter() - t0
     if store._version() is None:
@@ -126,6 +129,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--json", action="store_true", help="print one JSON object keyed by chunk count")
     ap.add_argument("--cached-only", action="store_true", help="skip sizes whose store is not built yet")
+    ap.add_argument("--lexical", choices=("segments", "tantivy"), default="segments", help="the lexical index's engine")
     a = ap.parse_args()
     log = (lambda *x, **k: print(*x, file=sys.stderr, **k)) if a.json else print
     results: dict[str, dict] = {}
@@ -133,7 +137,7 @@ def main() -> None:
         if a.cached_only and not (bc.store_path(n) / "built.json").exists():
             log(f"{n:,} chunks: not built yet ({bc.store_path(n)}), skipped")
             continue
-        results[str(n)] = run(n, a.queries, log)
+        results[str(n)] = run(n, a.queries, log, a.lexical)
         if not a.json:
             r = results[str(n)]
             print(f"\n{n:,} chunks ({r['documents']:,} documents, {r['segments']} lexical segments): "

@@ -105,10 +105,11 @@ RERANK_ABSTAIN_BELOW_DEFAULT: float | None = None
 class RetrieveSettings(BaseModel):
     mode: Literal["hybrid", "dense", "bm25"] = "hybrid"
     # the lexical index's engine (ragkit/store/lexical_backend.py). eval/bench_ranking.py, segments -> tantivy
-    # (no_rerank / default): ContractNLI MRR strict 0.639 -> 0.638 / 0.659 -> 0.661, within 1,000 tokens
-    # 0.834 -> 0.832 / 0.852 -> 0.853; CUAD within 2,000 0.677 -> 0.686 / 0.686 -> 0.686; SEC fig@5 0.880 -> 0.867
-    # (1 of 77) / 0.853 -> 0.853. eval/bench_retrieval.py p50 at 100K chunks (a loaded machine): hybrid 4.9-5.1
-    # -> 4.2-4.5 ms, bm25 1.2 -> 0.8 ms, one document 1.15 -> 1.03 ms; on disk 53 MB -> 11 MB.
+    # (no_rerank / default): ContractNLI MRR strict 0.639 -> 0.639 / 0.669 -> 0.671, within 1,000 tokens
+    # 0.837 -> 0.837 / 0.853 -> 0.858; CUAD within 2,000 0.682 -> 0.686 / 0.691 -> 0.686 (1 item), fig@5
+    # 0.821 -> 0.821 / 0.813 -> 0.799 (2 of 134); SEC fig@5 0.880 -> 0.853 (2 of 75) / 0.853 -> 0.853.
+    # eval/bench_retrieval.py p50 at 100K chunks (a loaded machine): hybrid 4.9-5.1 -> 4.2-4.5 ms, bm25 1.2 ->
+    # 0.8 ms, one document 1.15 -> 1.03 ms; on disk 53 MB -> 11 MB. tantivy's BM25 is k1 1.2 with one-byte lengths.
     lexical: Literal["segments", "tantivy"] = "segments"
     top_k: int = 8
     candidates: int = 40

@@ -33,6 +33,7 @@ BULLET = re.compile(r"^\s*(?:[-*•·]|\d{1,2}[.)]|\((?:[a-z]{1,4}|\d{1,2})\)|[a
 _ITEM_BREAK = re.compile(rf"(?<=[.;:,!?])\s+(?:(?:and|or)\s+)?(?={_ITEM}\s)|(?<=[.;:!?])\s+(?=(?:[a-z]{{1,4}}|\d{{1,2}})\)\s)"
                          rf"|\s+(?:and|or)\s+(?={_ITEM}\s)")
 LIST_ITEM = re.compile(r"^\(?([a-z]{1,4}|\d{1,2})\)\s")
+_JOINER = re.compile(rf"^(?:and|or)\s+(?={_ITEM}\s)")  # "or (d) ...": the item starts at "(d)"
 MIN_UNIT_WORDS = 4
 
 
@@ -116,7 +117,7 @@ def split_sentences(text: str) -> list[str]:
 
 def split_units(text: str) -> list[str]:
     """A clause's sentences (`split_sentences`) with the list items inside each apart."""
-    return [u.strip() for s in split_sentences(text) for u in _ITEM_BREAK.split(s) if u and u.strip()]
+    return [_JOINER.sub("", u.strip()) for s in split_sentences(text) for u in _ITEM_BREAK.split(s) if u and u.strip()]
 
 
 def merge_short(units: list[str], min_words: int = MIN_UNIT_WORDS) -> list[str]:

@@ -260,7 +260,7 @@ def ingest(
 
 
 def sync_lexical_index(store: ChromaStore, settings: Settings) -> None:
-    """Bring the BM25 index in line with the store (under the write lock)."""
-    from ragkit.store import lexical as bm25
+    """Bring the lexical index of `retrieve.lexical` in line with the store (under the write lock)."""
+    from ragkit.store.lexical_backend import refresh_lexical
 
-    bm25.refresh(store, bm25.index_dir(settings.store, settings.store_url, settings.collection, settings.cache_dir))
+    refresh_lexical(settings, store)

@@ -69,10 +69,9 @@ def retrieve(question: str, settings: "Session | Settings", docs: list[str] | No
         selected = resolve_docs(records, docs or [])
         lexical = None
         if rs.mode in ("hybrid", "bm25"):
-            from ragkit.retrieve import bm25
+            from ragkit.store.lexical_backend import open_lexical
 
-            folder = bm25.index_dir(settings.store, settings.store_url, settings.collection, settings.cache_dir)
-            lexical = bm25.open_index(store, folder, [r.doc_id for r in records], memo=session.memo("lexical"))
+            lexical = open_lexical(settings, store, [r.doc_id for r in records], memo=session.memo("lexical"))
         cands = hybrid_search(
             store, searched, qvec, selected, rs.candidates, mode=rs.mode, lexical=lexical, rrf_k=rs.rrf_k,
             per_doc=bool(docs), all_docs=not docs, bm25_weight=rs.bm25_weight,
