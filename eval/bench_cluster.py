@@ -32,7 +32,12 @@ def main() -> None:
     ap.add_argument("--docs", type=Path, default=ROOT / "corpora" / "nda")
     ap.add_argument("--nodes", default="1,2")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--slope", action="store_true",
+                    help="Ray's own cost per file: the first half of DIR and all of it, locally (one parse worker "
+                         "beside the embedder) and on a 1-node cluster; the fixed costs cancel in the difference")
     a = ap.parse_args()
+    if a.slope:
+        return slope(a.docs, a.json)
     from ragkit.cluster import ingest_on_cluster, local
     from ragkit.config import load_settings
     from ragkit.embed import load_embedder
@@ -42,9 +47,10 @@ def main() -> None:
     out: dict = {"docs": str(a.docs), "runs": []}
     try:
         s = load_settings(store=tmp / "local")
-        load_embedder(s).embed_documents(["warm up"])
+        emb = load_embedder(s)
+        emb.embed_documents(["warm up"])
         t0 = time.perf_counter()
-        rep = ingest([a.docs], s, overlap=False)  # sequential: parse_s and embed_s are the per-file work
+        rep = ingest([a.docs], s, overlap=False, embedder=emb)  # sequential: parse_s and embed_s are the per-file work
         wall = time.perf_counter() - t0
         files = rep.added
         tm = rep.timings
@@ -82,6 +88,56 @@ def main() -> None:
           f"driver {pr['driver_per_file_s']:.3f} s a file (bound {pr['driver_bound_h']:.1f} h)")
     for row in pr["rows"]:
         print(f"  N={row['nodes']:3d} K={row['cores']:2d}: {row['hours']:6.2f} h")
+
+
+def slope(docs: Path, as_json: bool) -> None:
+    """Ray's per-file cost as a slope: wall(all) - wall(half) on the cluster against the same
+    difference locally, over the files added. Startup, connection and model loads are paid
+    in both runs of a pair, so they cancel."""
+    from ragkit.cluster import ingest_on_cluster, local
+    from ragkit.config import load_settings
+    from ragkit.ingest import ingest
+
+    files = sorted(p for p in docs.iterdir() if p.is_file())
+    tmp = Path(tempfile.mkdtemp(prefix="rk-bench-slope-"))
+    half = tmp / "half"
+    half.mkdir()
+    for p in files[: len(files) // 2]:
+        shutil.copy(p, half / p.name)
+    sets = {"half": (half, len(files) // 2), "all": (docs, len(files))}
+    walls: dict = {}
+    try:
+        for name, (where, _) in sets.items():
+            s = load_settings(store=tmp / f"local-{name}", ingest={"workers": 1})
+            t0 = time.perf_counter()
+            ingest([where], s)
+            walls[("local", name)] = time.perf_counter() - t0
+        cluster = local.start(Path("/tmp/rk-bench-ray-slope"), nodes=1, cpus_per_node=1)
+        try:
+            for name, (where, _) in sets.items():
+                s = load_settings(store=tmp / f"cluster-{name}")
+                t0 = time.perf_counter()
+                ingest_on_cluster([where], s, cluster.address)
+                walls[("cluster", name)] = time.perf_counter() - t0
+        finally:
+            cluster.stop(5)
+            shutil.rmtree("/tmp/rk-bench-ray-slope", ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    added = sets["all"][1] - sets["half"][1]
+    work = (walls[("local", "all")] - walls[("local", "half")]) / added
+    ray = (walls[("cluster", "all")] - walls[("cluster", "half")]) / added
+    out = {"files": {k: v[1] for k, v in sets.items()}, "wall_s": {f"{a}_{b}": round(v, 2) for (a, b), v in walls.items()},
+           "local_per_file_s": round(work, 3), "cluster_per_file_s": round(ray, 3),
+           "ray_overhead_per_file_s": round(ray - work, 3), "overhead_share": round((ray - work) / work, 3)}
+    if as_json:
+        print(json.dumps(out, indent=2))
+        return
+    print(f"{docs}: {out['files']['half']} and {out['files']['all']} files")
+    for k, v in out["wall_s"].items():
+        print(f"  {k:14s} {v:7.1f} s")
+    print(f"  per added file: local {work:.2f} s, 1-node cluster {ray:.2f} s; Ray's extra {ray - work:+.2f} s "
+          f"= {100 * (ray - work) / work:+.1f}% of the per-file work")
 
 
 def project(out: dict, filings: int = 30_000) -> dict:
