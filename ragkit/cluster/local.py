@@ -23,11 +23,22 @@ from typing import Callable
 
 from ragkit.cluster.connect import RAY_OFFLINE_ENV
 
+# Ports this process has handed out: bind(0) may give a port again once its socket is closed,
+# and Ray refuses two components on one port ("dashboard_agent_grpc is trying to use a port
+# number 40409 that is used by other components", seen in CI)
+_GIVEN: set[int] = set()
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port, never one this process handed out before."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
+    raise RuntimeError("no free loopback port that was not handed out already")
 
 
 def _node_args(temp_dir: Path, cpus: int) -> list[str]:
