@@ -15,6 +15,16 @@ import ragkit  # noqa: F401  (offline switches)
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPORA = ROOT / "corpora" / "nda"
+# questions over the sample NDAs that the lexical index tests rank with (incremental BM25, tantivy)
+NDA_QUERIES = [
+    "How long does the confidentiality obligation survive termination?",
+    "return or destroy confidential information",
+    "which law governs this agreement",
+    "injunctive relief for breach",
+    "Recipient may disclose to its employees and advisors",
+    "no license is granted",
+    "Manitoba",
+]
 
 
 def _shared_corpora() -> Path:

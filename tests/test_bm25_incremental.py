@@ -18,21 +18,12 @@ import threading
 import numpy as np
 import pytest
 from conftest import CORPORA, ROOT, make_settings
+from conftest import NDA_QUERIES as QUERIES
 
 from ragkit.embed import load_embedder
 from ragkit.ingest import ingest
 from ragkit.retrieve import bm25
 from ragkit.store import open_store
-
-QUERIES = [
-    "How long does the confidentiality obligation survive termination?",
-    "return or destroy confidential information",
-    "which law governs this agreement",
-    "injunctive relief for breach",
-    "Recipient may disclose to its employees and advisors",
-    "no license is granted",
-    "Manitoba",
-]
 
 
 def _open(settings):

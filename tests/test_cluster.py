@@ -170,6 +170,7 @@ def test_parse_worker_and_embedders_killed_mid_ingest_lose_and_duplicate_nothing
     docs, ref_report, ref = slow_batch
     settings = make_settings(tmp_path / "s")
     killed: list[str] = []
+    nices: list[int] = []  # the embedder actors' nice values, read before they are killed
     stop = threading.Event()
 
     def hunt_parser() -> None:
@@ -192,6 +193,7 @@ def test_parse_worker_and_embedders_killed_mid_ingest_lose_and_duplicate_nothing
         if kind == "file" and "ray::_EmbedActor" not in killed:
             for p in _cluster_procs(ray_cluster):
                 if " ".join(p.cmdline()).startswith("ray::_EmbedActor"):
+                    nices.append(p.nice())
                     p.kill()
                     killed.append("ray::_EmbedActor")
 
@@ -203,6 +205,9 @@ def test_parse_worker_and_embedders_killed_mid_ingest_lose_and_duplicate_nothing
         stop.set()
         hunter.join(10)
     assert "ray::_parse_one" in killed and "ray::_EmbedActor" in killed, killed
+    # the launcher's nodes run their workers at the driver's priority, not Ray's nice 15 (the
+    # embedder beside a driver at 0 waited for its CPU: eval/README.md, "Ray's cost per file")
+    assert nices and set(nices) == {0}, nices
     assert report.failed == [] and report.added == ref_report.added == 3 and report.chunks == ref_report.chunks
     assert_same_store(snapshot(settings), ref)
 

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import CORPORA, ROOT, make_settings
+from conftest import CORPORA, NDA_QUERIES, ROOT, make_settings
 
 from ragkit.embed import load_embedder
 from ragkit.ingest import ingest
@@ -21,14 +21,9 @@ from ragkit.store import lexical, open_store
 from ragkit.store import lexical_tantivy as lt
 from ragkit.store.lexical_backend import lexical_dir, open_lexical, refresh_lexical
 
+# the incremental BM25 test's questions, and three more
 QUERIES = [
-    "How long does the confidentiality obligation survive termination?",
-    "return or destroy confidential information",
-    "which law governs this agreement",
-    "injunctive relief for breach",
-    "Recipient may disclose to its employees and advisors",
-    "no license is granted",
-    "Manitoba",
+    *NDA_QUERIES,
     "information that is publicly available is not confidential",
     "non-solicitation of employees",
     "notices in writing",

@@ -53,6 +53,13 @@ def test_the_sessions_embedder_embeds_a_text_once(session):
         del inner.embed_documents
     assert calls == [2]
     assert again[0] == first[1] and again[2] == first[0] and len(first[0]) == inner.dim
+    # what is remembered is the model's vector, kept as float32 (not a list of Python floats)
+    import numpy as np
+
+    direct = np.asarray(real(texts), dtype=np.float64)
+    assert np.abs(np.asarray(first) - direct).max() < 1e-6
+    kept = session.embedder._docs[texts[0]]
+    assert kept.dtype == np.float32 and kept.shape == (inner.dim,)
 
 
 def test_nothing_outside_a_session_keeps_what_it_loaded(nda_store):

@@ -23,6 +23,8 @@ from typing import Callable
 
 from ragkit.cluster.connect import RAY_OFFLINE_ENV
 
+WORKER_ENV = {"RAY_worker_niceness": "0"}
+
 # Ports this process has handed out: bind(0) may give a port again once its socket is closed,
 # and Ray refuses two components on one port ("dashboard_agent_grpc is trying to use a port
 # number 40409 that is used by other components", seen in CI)
@@ -120,7 +122,11 @@ def start(temp_dir: Path, nodes: int = 2, cpus_per_node: int = 1, timeout_s: flo
     every process of the cluster with `strace -f -o LOG`)."""
     temp_dir = Path(temp_dir)
     temp_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, **RAY_OFFLINE_ENV)
+    # Ray runs its workers at nice 15 (its worker_niceness), below every process at 0: on a
+    # machine that also runs the driver (its store writes, Chroma's threads), the embedder actor
+    # then waits for the driver's CPU. This cluster's nodes share the driver's machine: workers
+    # at the driver's priority (README "On a Ray cluster" says the same for `ray start`).
+    env = dict(os.environ, **RAY_OFFLINE_ENV, **WORKER_ENV)
     port = free_port()
     cluster = LocalCluster(address=f"127.0.0.1:{port}", temp_dir=temp_dir)
     launcher = [sys.executable, "-m", "ragkit.cluster.local", "node"]
