@@ -163,18 +163,16 @@ def slope(docs: Path, as_json: bool) -> None:
 def _engine(log: Path, n_ctx: int):
     """A real `python -m llama_cpp.server` on loopback with the registry's small model, on both
     cores (a question's retrieval and its generation take turns)."""
-    import socket
     import subprocess
     import sys
 
     import httpx
 
+    from ragkit.cluster.local import free_port
     from ragkit.config import load_settings
     from ragkit.models import resolve
 
-    with socket.socket() as so:
-        so.bind(("127.0.0.1", 0))
-        port = so.getsockname()[1]
+    port = free_port()
     model = resolve("qwen2.5-coder-0.5b", "generator", load_settings().cache_dir)
     proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
                              "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", "2", "--n_threads_batch", "2",

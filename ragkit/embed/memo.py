@@ -55,10 +55,12 @@ class MemoEmbedder:
     def count_tokens(self, texts: list[str]) -> list[int]:
         return self.inner.count_tokens(texts)
 
-    def _remember(self, memo: OrderedDict, text: str, vec) -> None:
-        memo[text] = np.asarray(vec, dtype=np.float32)
+    def _remember(self, memo: OrderedDict, text: str, vec) -> list[float]:
+        """Keep `vec` as float32; returns it as the list every caller gets."""
+        memo[text] = arr = np.asarray(vec, dtype=np.float32)
         while len(memo) > self.max_texts:
             memo.popitem(last=False)
+        return arr.tolist()
 
     def embed_documents(self, texts: list[str], progress=None) -> list[list[float]]:
         with self._lock:
@@ -73,8 +75,7 @@ class MemoEmbedder:
                 else self.inner.embed_documents(todo)
             with self._lock:
                 for t, v in zip(todo, made):
-                    self._remember(self._docs, t, v)
-                    have[t] = self._docs[t].tolist() if t in self._docs else list(v)
+                    have[t] = self._remember(self._docs, t, v)
         return [have[t] for t in texts]
 
     def embed_query(self, text: str) -> list[float]:
@@ -84,5 +85,4 @@ class MemoEmbedder:
             return hit.tolist()
         v = self.inner.embed_query(text)
         with self._lock:
-            self._remember(self._queries, text, v)
-            return self._queries[text].tolist() if text in self._queries else list(v)
+            return self._remember(self._queries, text, v)
