@@ -1,7 +1,8 @@
 """Ingest on a local Ray cluster against the single-process ingest (prints figures; not a test).
 
     .venv/bin/python eval/bench_cluster.py [--docs DIR] [--nodes 1,2] [--json]
-    .venv/bin/python eval/bench_cluster.py --slope --docs DIR     # Ray's cost per file
+    .venv/bin/python eval/bench_cluster.py --steady --repeat 3 --docs DIR    # Ray's cost per file, steady state
+    .venv/bin/python eval/bench_cluster.py --slope --repeat 3 --docs DIR     # the same as a slope between two sizes
     .venv/bin/python eval/bench_cluster.py --eval 100 --docs DIR --set SET   # batch eval, one engine
 
 For each node count: a loopback cluster of that many nodes (1 CPU each; ragkit.cluster.local),
@@ -41,14 +42,22 @@ def main() -> None:
                     help="Ray's extra seconds a file for the projection (the --slope figure); default: the "
                          "2-node run's difference from the local one, fixed costs included (an upper bound)")
     ap.add_argument("--set", type=Path, default=ROOT / "eval" / "sets" / "sec-10q.jsonl")
+    ap.add_argument("--repeat", type=int, default=1, help="--slope: runs of the whole comparison (the median is printed)")
+    ap.add_argument("--no-lookahead", action="store_true",
+                    help="--slope: the cluster's ingest without lookahead (the control: embedding waits on each write)")
+    ap.add_argument("--steady", action="store_true",
+                    help="Ray's own cost per file in one run's steady state (first commit to last, over n - 1), "
+                         "locally and on a 1-node cluster, --repeat rounds")
     ap.add_argument("--slope", action="store_true",
                     help="Ray's own cost per file: the first half of DIR and all of it, locally (one parse worker "
                          "beside the embedder) and on a 1-node cluster; the fixed costs cancel in the difference")
     a = ap.parse_args()
     if a.eval:
         return eval_bench(a.docs, a.set, a.eval, a.json)
+    if a.steady:
+        return steady(a.docs, a.json, a.repeat, False if a.no_lookahead else None)
     if a.slope:
-        return slope(a.docs, a.json)
+        return slope(a.docs, a.json, a.repeat, False if a.no_lookahead else None)
     from ragkit.cluster import ingest_on_cluster, local
     from ragkit.config import load_settings
     from ragkit.embed import load_embedder
@@ -110,13 +119,55 @@ def _cpu_s() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def slope(docs: Path, as_json: bool) -> None:
+def _cpu_by_kind(holder: list) -> dict:
+    """CPU seconds so far of this process (the driver) and of the cluster's live processes,
+    by kind: Ray's own (GCS, raylet, agents, client server, launchers), the embedder actor,
+    the other workers (parse tasks)."""
+    import os
+
+    import psutil
+
+    out = {"driver": 0.0, "embed_actor": 0.0, "parse_workers": 0.0, "ray_system": 0.0}
+    me = psutil.Process(os.getpid())
+    t = me.cpu_times()
+    out["driver"] = t.user + t.system
+    for p in holder[0].processes():
+        try:
+            t, name = p.cpu_times(), " ".join(p.cmdline()[:1])
+        except psutil.Error:
+            continue
+        kind = ("embed_actor" if "_EmbedActor" in name else
+                "parse_workers" if name.startswith("ray::") and "Agent" not in name else "ray_system")
+        out[kind] += t.user + t.system
+    return out
+
+
+def _busy_s() -> float:
+    """The machine's busy CPU seconds so far, every process counted (a worker that exited
+    included, which per-process accounting would lose): /proc/stat through psutil."""
+    import psutil
+
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
+def slope(docs: Path, as_json: bool, repeat: int = 1, lookahead: bool | None = None) -> None:
     """Ray's per-file cost as a slope: wall(all) - wall(half) on the cluster against the same
     difference locally, over the files added. Startup, connection and model loads are paid
-    in both runs of a pair, so they cancel."""
+    in both runs of a pair, so they cancel.
+
+    `repeat` runs the whole comparison that many times, alternating (local, then a fresh
+    1-node cluster, then local again...), and prints every run and the median: one pair of
+    runs moves by about +-0.25 s a file on 2 cores. Three local variants: the default ingest
+    (one parse worker beside the embedder), the same with `lookahead` (the next file embedded
+    while this one is written, what the cluster's ingest does), and the cluster. `lookahead`
+    False/True runs the cluster without/with it (None: the cluster's default, on)."""
+    import statistics
+
     from ragkit.cluster import ingest_on_cluster, local
     from ragkit.config import load_settings
     from ragkit.ingest import ingest
+    from ragkit.ingest.pipeline import auto_workers
 
     files = sorted(p for p in docs.iterdir() if p.is_file())
     tmp = Path(tempfile.mkdtemp(prefix="rk-bench-slope-"))
@@ -125,39 +176,172 @@ def slope(docs: Path, as_json: bool) -> None:
     for p in files[: len(files) // 2]:
         shutil.copy(p, half / p.name)
     sets = {"half": (half, len(files) // 2), "all": (docs, len(files))}
-    walls: dict = {}
+    added = sets["all"][1] - sets["half"][1]
+    runs: list[dict] = []
     try:
-        for name, (where, _) in sets.items():
-            s = load_settings(store=tmp / f"local-{name}", ingest={"workers": 1})
-            t0 = time.perf_counter()
-            ingest([where], s)
-            walls[("local", name)] = time.perf_counter() - t0
-        cluster = local.start(Path("/tmp/rk-bench-ray-slope"), nodes=1, cpus_per_node=1)
-        try:
-            for name, (where, _) in sets.items():
-                s = load_settings(store=tmp / f"cluster-{name}")
-                t0 = time.perf_counter()
-                ingest_on_cluster([where], s, cluster.address)
-                walls[("cluster", name)] = time.perf_counter() - t0
-        finally:
-            cluster.stop(5)
-            shutil.rmtree("/tmp/rk-bench-ray-slope", ignore_errors=True)
+        for r in range(repeat):
+            walls: dict = {}
+            busy: dict = {}  # the machine's busy CPU seconds (every process: driver, workers, Ray's own)
+            for variant, la in (("local", False), ("local_lookahead", True)):
+                for name, (where, _) in sets.items():
+                    s = load_settings(store=tmp / f"{variant}-{name}-{r}", ingest={"workers": 1})
+                    t0, c0 = time.perf_counter(), _busy_s()
+                    ingest([where], s, lookahead=la)
+                    walls[(variant, name)] = time.perf_counter() - t0
+                    busy[(variant, name)] = _busy_s() - c0
+                    shutil.rmtree(tmp / f"{variant}-{name}-{r}", ignore_errors=True)
+            cluster = local.start(Path("/tmp/rk-bench-ray-slope"), nodes=1, cpus_per_node=1)
+            try:
+                for name, (where, _) in sets.items():
+                    s = load_settings(store=tmp / f"cluster-{name}-{r}")
+                    t0, c0 = time.perf_counter(), _busy_s()
+                    ingest_on_cluster([where], s, cluster.address, lookahead=lookahead)
+                    walls[("cluster", name)] = time.perf_counter() - t0
+                    busy[("cluster", name)] = _busy_s() - c0
+                    shutil.rmtree(tmp / f"cluster-{name}-{r}", ignore_errors=True)
+            finally:
+                cluster.stop(5)
+                shutil.rmtree("/tmp/rk-bench-ray-slope", ignore_errors=True)
+            per = {v: (walls[(v, "all")] - walls[(v, "half")]) / added for v in ("local", "local_lookahead", "cluster")}
+            cpu = {v: (busy[(v, "all")] - busy[(v, "half")]) / added for v in ("local", "local_lookahead", "cluster")}
+            runs.append({"wall_s": {f"{a}_{b}": round(v, 2) for (a, b), v in walls.items()},
+                         "busy_cpu_s": {f"{a}_{b}": round(v, 2) for (a, b), v in busy.items()},
+                         "cpu_per_file_s": {k: round(v, 3) for k, v in cpu.items()},
+                         "ray_extra_cpu_s": round(cpu["cluster"] - cpu["local"], 3),
+                         "ray_extra_cpu_share": round((cpu["cluster"] - cpu["local"]) / cpu["local"], 3),
+                         "per_file_s": {k: round(v, 3) for k, v in per.items()},
+                         "ray_extra_s": round(per["cluster"] - per["local"], 3),
+                         "ray_extra_share": round((per["cluster"] - per["local"]) / per["local"], 3),
+                         "ray_extra_vs_lookahead_s": round(per["cluster"] - per["local_lookahead"], 3)})
+            if not as_json:
+                w = runs[-1]["wall_s"]
+                print(f"run {r + 1}: " + ", ".join(f"{k} {v:.1f} s" for k, v in w.items()), flush=True)
+                print(f"  per added file: local {per['local']:.2f} s, local with lookahead {per['local_lookahead']:.2f} s, "
+                      f"1-node cluster {per['cluster']:.2f} s; Ray's extra {per['cluster'] - per['local']:+.2f} s "
+                      f"= {100 * (per['cluster'] - per['local']) / per['local']:+.1f}% of the per-file work", flush=True)
+                print(f"  CPU a added file (the machine's busy seconds): local {cpu['local']:.2f}, local with lookahead "
+                      f"{cpu['local_lookahead']:.2f}, cluster {cpu['cluster']:.2f}; Ray's extra {cpu['cluster'] - cpu['local']:+.2f} "
+                      f"core-s = {100 * (cpu['cluster'] - cpu['local']) / cpu['local']:+.1f}%", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    added = sets["all"][1] - sets["half"][1]
-    work = (walls[("local", "all")] - walls[("local", "half")]) / added
-    ray = (walls[("cluster", "all")] - walls[("cluster", "half")]) / added
-    out = {"files": {k: v[1] for k, v in sets.items()}, "wall_s": {f"{a}_{b}": round(v, 2) for (a, b), v in walls.items()},
-           "local_per_file_s": round(work, 3), "cluster_per_file_s": round(ray, 3),
-           "ray_overhead_per_file_s": round(ray - work, 3), "overhead_share": round((ray - work) / work, 3)}
+    med = lambda k: statistics.median(x[k] for x in runs)  # noqa: E731
+    out = {"files": {k: v[1] for k, v in sets.items()}, "parse_workers_local": 1, "auto_workers": auto_workers(),
+           "cluster_lookahead": True if lookahead is None else lookahead, "runs": runs,
+           "median": {"local_per_file_s": statistics.median(x["per_file_s"]["local"] for x in runs),
+                      "local_lookahead_per_file_s": statistics.median(x["per_file_s"]["local_lookahead"] for x in runs),
+                      "cluster_per_file_s": statistics.median(x["per_file_s"]["cluster"] for x in runs),
+                      "ray_extra_s": med("ray_extra_s"), "ray_extra_share": med("ray_extra_share"),
+                      "ray_extra_vs_lookahead_s": med("ray_extra_vs_lookahead_s"),
+                      "local_cpu_per_file_s": statistics.median(x["cpu_per_file_s"]["local"] for x in runs),
+                      "cluster_cpu_per_file_s": statistics.median(x["cpu_per_file_s"]["cluster"] for x in runs),
+                      "ray_extra_cpu_s": med("ray_extra_cpu_s"), "ray_extra_cpu_share": med("ray_extra_cpu_share")},
+           "range": {k: [min(x[k] for x in runs), max(x[k] for x in runs)] for k in ("ray_extra_share", "ray_extra_cpu_share")}}
     if as_json:
         print(json.dumps(out, indent=2))
         return
-    print(f"{docs}: {out['files']['half']} and {out['files']['all']} files")
-    for k, v in out["wall_s"].items():
-        print(f"  {k:14s} {v:7.1f} s")
-    print(f"  per added file: local {work:.2f} s, 1-node cluster {ray:.2f} s; Ray's extra {ray - work:+.2f} s "
-          f"= {100 * (ray - work) / work:+.1f}% of the per-file work")
+    m = out["median"]
+    print(f"{docs}: {out['files']['half']} and {out['files']['all']} files, {repeat} run(s); median per added file: "
+          f"local {m['local_per_file_s']:.2f} s, local with lookahead {m['local_lookahead_per_file_s']:.2f} s, "
+          f"cluster {m['cluster_per_file_s']:.2f} s; Ray's extra {m['ray_extra_s']:+.2f} s = "
+          f"{100 * m['ray_extra_share']:+.1f}% (range {100 * out['range']['ray_extra_share'][0]:+.1f}% .. "
+          f"{100 * out['range']['ray_extra_share'][1]:+.1f}%); against the local lookahead {m['ray_extra_vs_lookahead_s']:+.2f} s")
+    print(f"  CPU: local {m['local_cpu_per_file_s']:.2f} core-s a file, cluster {m['cluster_cpu_per_file_s']:.2f}; Ray's extra "
+          f"{m['ray_extra_cpu_s']:+.2f} core-s = {100 * m['ray_extra_cpu_share']:+.1f}% (range "
+          f"{100 * out['range']['ray_extra_cpu_share'][0]:+.1f}% .. {100 * out['range']['ray_extra_cpu_share'][1]:+.1f}%)")
+
+
+def steady(docs: Path, as_json: bool, repeat: int = 3, lookahead: bool | None = None) -> None:
+    """Ray's per-file cost in the steady state of one run: the time from the first file's
+    commit to the last one's, over the files between (n - 1), for the same files locally and
+    on a fresh 1-node loopback cluster. Start-up (connecting, starting the actors, loading the
+    models, the first parse) falls before the first commit, so it is outside the window, as in
+    `eval_bench`'s steady seconds a question; unlike `slope`, no two runs are subtracted.
+    Also the machine's busy CPU seconds over the same window (every process). Three variants:
+    the local ingest (one parse worker beside the embedder), the same with `lookahead` (what
+    the cluster's ingest does), the cluster; `repeat` rounds, the order reversed every other
+    round, the median printed."""
+    import statistics
+
+    from ragkit.cluster import ingest_on_cluster, local
+    from ragkit.config import load_settings
+    from ragkit.ingest import ingest
+
+    n = sum(1 for p in docs.iterdir() if p.is_file())
+    tmp = Path(tempfile.mkdtemp(prefix="rk-bench-steady-"))
+    rounds: list[dict] = []
+    variants = ["local", "local_lookahead", "cluster"]
+    try:
+        for r in range(repeat):
+            got: dict = {}
+            for v in (variants if r % 2 == 0 else variants[::-1]):
+                marks: list[tuple[float, float]] = []
+                shares: list[dict] = []  # CPU seconds by process kind at the first and the last commit (cluster)
+                procs: list = []
+
+                def on_event(kind: str, info: dict, marks=marks, shares=shares, procs=procs) -> None:
+                    if kind == "file":
+                        marks.append((time.perf_counter(), _busy_s()))
+                        if procs and len(marks) in (1, n):
+                            shares.append(_cpu_by_kind(procs))
+
+                store = tmp / f"{v}-{r}"
+                t0 = time.perf_counter()
+                if v == "cluster":
+                    cluster = local.start(Path("/tmp/rk-bench-ray-steady"), nodes=1, cpus_per_node=1)
+                    procs.append(cluster)
+                    try:
+                        t0 = time.perf_counter()
+                        ingest_on_cluster([docs], load_settings(store=store), cluster.address, on_event=on_event,
+                                          lookahead=lookahead)
+                    finally:
+                        cluster.stop(5)
+                        shutil.rmtree("/tmp/rk-bench-ray-steady", ignore_errors=True)
+                else:
+                    ingest([docs], load_settings(store=store, ingest={"workers": 1}), on_event=on_event,
+                           lookahead=v == "local_lookahead")
+                wall = (marks[-1][0] - t0) if marks else 0.0
+                shutil.rmtree(store, ignore_errors=True)
+                if len(marks) != n:
+                    raise SystemExit(f"{v}: {len(marks)} of {n} files committed")
+                got[v] = {"wall_s": round(wall, 2), "first_commit_s": round(marks[0][0] - t0, 2),
+                          "steady_s_a_file": round((marks[-1][0] - marks[0][0]) / (n - 1), 3),
+                          "steady_cpu_s_a_file": round((marks[-1][1] - marks[0][1]) / (n - 1), 3)}
+                if len(shares) == 2:
+                    got[v]["steady_cpu_s_a_file_by_process"] = {
+                        k: round((shares[1].get(k, 0.0) - shares[0].get(k, 0.0)) / (n - 1), 3) for k in shares[1]}
+                if not as_json:
+                    g = got[v]
+                    print(f"round {r + 1} {v:16s} wall {g['wall_s']:6.1f} s, first commit {g['first_commit_s']:5.1f} s, "
+                          f"steady {g['steady_s_a_file']:.2f} s a file, {g['steady_cpu_s_a_file']:.2f} core-s a file",
+                          flush=True)
+                    if "steady_cpu_s_a_file_by_process" in g:
+                        print("    by process, core-s a file: " + ", ".join(
+                            f"{k} {x:.2f}" for k, x in g["steady_cpu_s_a_file_by_process"].items()), flush=True)
+            base = got["local"]["steady_s_a_file"]
+            got["ray_extra_s"] = round(got["cluster"]["steady_s_a_file"] - base, 3)
+            got["ray_extra_share"] = round(got["ray_extra_s"] / base, 3)
+            cbase = got["local"]["steady_cpu_s_a_file"]
+            got["ray_extra_cpu_s"] = round(got["cluster"]["steady_cpu_s_a_file"] - cbase, 3)
+            got["ray_extra_cpu_share"] = round(got["ray_extra_cpu_s"] / cbase, 3)
+            rounds.append(got)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    med = {f"{v}_{k}": statistics.median(x[v][k] for x in rounds) for v in variants
+           for k in ("steady_s_a_file", "steady_cpu_s_a_file", "wall_s")}
+    for k in ("ray_extra_s", "ray_extra_share", "ray_extra_cpu_s", "ray_extra_cpu_share"):
+        med[k] = statistics.median(x[k] for x in rounds)
+    out = {"docs": str(docs), "files": n, "cluster_lookahead": True if lookahead is None else lookahead,
+           "rounds": rounds, "median": med,
+           "range": {k: [min(x[k] for x in rounds), max(x[k] for x in rounds)]
+                     for k in ("ray_extra_share", "ray_extra_cpu_share")}}
+    if as_json:
+        print(json.dumps(out, indent=2))
+        return
+    print(f"{docs}: {n} files, {repeat} round(s), medians: steady a file local {med['local_steady_s_a_file']:.2f} s, "
+          f"local with lookahead {med['local_lookahead_steady_s_a_file']:.2f} s, cluster {med['cluster_steady_s_a_file']:.2f} s; "
+          f"Ray's extra {med['ray_extra_s']:+.2f} s = {100 * med['ray_extra_share']:+.1f}% of the per-file work (rounds "
+          f"{', '.join(f'{100 * x:+.1f}%' for x in (r['ray_extra_share'] for r in rounds))}); CPU {med['ray_extra_cpu_s']:+.2f} "
+          f"core-s = {100 * med['ray_extra_cpu_share']:+.1f}%")
 
 
 def _engine(log: Path, n_ctx: int):

@@ -80,6 +80,8 @@ class IngestSettings(BaseModel):
     ocr_lang: str = Field("eng", description="tesseract language(s) for scanned PDFs: eng, chi_sim, eng+chi_sim")
     tables: bool = Field(True, description="detect tables in PDFs and keep them whole as Markdown")
     workers: int = Field(0, ge=0, description="processes parsing files ahead of the embedder; 0 = from the free cores")
+    lookahead: bool = Field(True, description="embed the next file while this one is written (the store writes overlap "
+                            "the embedder; always on with --cluster)")
 
 
 # Measured with eval/bench_abstention.py on CUAD dev (10 contracts) and the FDA set, both

@@ -267,3 +267,89 @@ def test_a_second_name_for_the_same_content_and_a_reingest_embed_nothing(tmp_pat
     with counting(emb) as seen:
         rep = ingest([corpus], settings)
     assert seen == [] and (rep.added, rep.unchanged, rep.chunks_embedded) == (1, 1, 0)
+
+
+def test_lookahead_writes_what_the_sequential_ingest_writes_and_embeds_each_text_once(tmp_path):
+    """`ingest(lookahead=True)` (what `--cluster` runs: the next file's texts go to the
+    embedder while this one is written) against the one-file-at-a-time ingest, real embedder,
+    real Chroma: the same chunk ids, texts and vectors, the same records in the same order,
+    a bad file between them reported at its turn, each text embedded once although the second
+    file's shared sections are still being embedded for the first when it is taken up, and
+    every event sent from the calling thread."""
+    import threading
+
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    # b is taken up while a's texts are still with the embedder (their shared sections are a's job's)
+    write_contract(corpus / "a-acme-nda.docx")
+    write_contract(corpus / "b-acme-nda-beta.docx", {3: clause(3, "Obligations", " by Beta Ltd")})
+    (corpus / "c-broken.docx").write_bytes(b"PK\x03\x04 not a zip at all")
+    write_contract(corpus / "d-acme-nda-gamma.docx", {5: clause(5, "Compelled Disclosure", " by Gamma plc")})
+    runs = {}
+    for mode in (False, True):
+        settings = make_settings(tmp_path / f"store-{mode}")
+        emb = load_embedder(settings)
+        threads: set = set()
+
+        def on_event(kind, info, threads=threads):
+            threads.add(threading.get_ident())
+
+        with counting(emb) as seen:
+            rep = ingest([corpus], settings, lookahead=mode, embedder=emb, on_event=on_event)
+        st = open_store(settings, emb, create=False)
+        runs[mode] = (rep, list(seen), stored(settings), [(r.name, r.doc_id, r.n_chunks) for r in st.documents()], threads)
+    (seq, seq_seen, seq_rows, seq_docs, _), (la, la_seen, la_rows, la_docs, la_threads) = runs[False], runs[True]
+    assert la_threads == {threading.get_ident()}
+    assert [f["path"] for f in la.failed] == [f["path"] for f in seq.failed] == [str(corpus / "c-broken.docx")]
+    assert [f["path"] for f in la.files] == [f["path"] for f in seq.files]
+    assert (la.added, la.chunks, la.chunks_embedded, la.chunks_from_cache) == \
+        (seq.added, seq.chunks, seq.chunks_embedded, seq.chunks_from_cache) == (3, seq.chunks, len(seq_seen), seq.chunks_from_cache)
+    assert sorted(la_seen) == sorted(seq_seen) and len(set(la_seen)) == len(la_seen)  # each text embedded once
+    assert la_docs == seq_docs
+    assert la_rows.keys() == seq_rows.keys()
+    for i, (text, h, vec) in seq_rows.items():
+        assert la_rows[i][:2] == (text, h)
+        assert float(np.dot(vec, la_rows[i][2]) / (np.linalg.norm(vec) * np.linalg.norm(la_rows[i][2]))) > 0.999
+
+
+def test_lookahead_embeds_a_shared_text_again_when_the_earlier_files_embedding_failed(tmp_path):
+    """The earlier file's job fails (an embedder that raises once: a fake failure injected
+    around the real embedder, for this unit test only): that file is reported failed, and the
+    next file, which was waiting on that job for its shared sections, embeds them itself."""
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    write_contract(corpus / "a-acme-nda.docx")
+    write_contract(corpus / "b-acme-nda-beta.docx", {3: clause(3, "Obligations", " by Beta Ltd")})
+    settings = make_settings(tmp_path / "store")
+    emb = load_embedder(settings)
+
+    class FailsFirst:
+        def __init__(self, inner):
+            self.inner, self.calls = inner, 0
+            self.name, self.dim, self.max_tokens = inner.name, inner.dim, inner.max_tokens
+            self.variant = getattr(inner, "variant", None) or type(inner).__name__
+
+        def count_tokens(self, texts):
+            return self.inner.count_tokens(texts)
+
+        def embed_query(self, text):
+            return self.inner.embed_query(text)
+
+        def embed_documents(self, texts, progress=None):
+            self.calls += 1
+            if self.calls == 1:
+                raise RuntimeError("the embedder's worker died")
+            return self.inner.embed_documents(texts, progress=progress)
+
+    rep = ingest([corpus], settings, lookahead=True, embedder=FailsFirst(emb))
+    assert [f["path"] for f in rep.failed] == [str(corpus / "a-acme-nda.docx")]
+    assert "worker died" in rep.failed[0]["error"]
+    b = [c.embed_text() for c in chunk_file(corpus / "b-acme-nda-beta.docx", settings, emb)[0]]
+    assert rep.added == 1 and rep.chunks == len(b) and rep.chunks_embedded == len(set(b))
+    rows = stored(settings)
+    assert len(rows) == len(b)
+    # every vector, the shared sections' included, is what the real embedder gives that text
+    want = np.asarray(emb.embed_documents(b))
+    got = np.asarray([rows[i][2] for i in sorted(rows)])
+    cos = (want * got).sum(1) / (np.linalg.norm(want, axis=1) * np.linalg.norm(got, axis=1))
+    assert cos.min() > 0.999

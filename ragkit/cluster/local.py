@@ -56,6 +56,7 @@ def _node_args(temp_dir: Path, cpus: int) -> list[str]:
 class LocalCluster:
     address: str
     temp_dir: Path
+    client_address: str = ""  # the head's Ray Client server, ray://127.0.0.1:PORT
     procs: list[subprocess.Popen] = field(default_factory=list)
 
     def processes(self) -> list:
@@ -128,12 +129,13 @@ def start(temp_dir: Path, nodes: int = 2, cpus_per_node: int = 1, timeout_s: flo
     # at the driver's priority (README "On a Ray cluster" says the same for `ray start`).
     env = dict(os.environ, **RAY_OFFLINE_ENV, **WORKER_ENV)
     port = free_port()
-    cluster = LocalCluster(address=f"127.0.0.1:{port}", temp_dir=temp_dir)
+    client_port = free_port()
+    cluster = LocalCluster(address=f"127.0.0.1:{port}", temp_dir=temp_dir, client_address=f"ray://127.0.0.1:{client_port}")
     launcher = [sys.executable, "-m", "ragkit.cluster.local", "node"]
     try:
         for i in range(nodes):
             if i == 0:
-                args = ["--head", f"--port={port}", "--include-dashboard=false", f"--ray-client-server-port={free_port()}"]
+                args = ["--head", f"--port={port}", "--include-dashboard=false", f"--ray-client-server-port={client_port}"]
             else:
                 args = [f"--address={cluster.address}"]
             log = open(temp_dir / f"node{i}.log", "wb")
@@ -207,6 +209,31 @@ def _loopback_only() -> None:
     usage_lib.UsageReportClient.report_usage_data = lambda self, url, data: None
 
 
+def _client_server_through_shim() -> None:
+    """The Ray Client server (`ray://`: the head's proxy, and the specific server it starts for
+    each client) runs as `python -m ray.util.client.server`: route it through `shim-module` so
+    it, too, keeps its lookups on loopback (without it the specific server swaps 127.0.0.1
+    for the machine's address and waits forever for a GCS there: tests/test_cluster.py)."""
+    import ray._private.services as services
+
+    if getattr(services.start_ray_process, "ragkit_shim", False):
+        return
+    start = services.start_ray_process
+
+    def start_ray_process(command, *args, **kwargs):
+        command = list(command)
+        for i in range(len(command) - 1):
+            if command[i] == "-m" and command[i + 1] == "ray.util.client.server":
+                # "-m ray.util.client.server" stays in the command line: the proxy waits for a
+                # specific server's process to show it (proxier._match_running_client_server)
+                command[i + 1 : i + 2] = ["ragkit.cluster.local", "shim-module", "-m", "ray.util.client.server"]
+                break
+        return start(command, *args, **kwargs)
+
+    start_ray_process.ragkit_shim = True
+    services.start_ray_process = start_ray_process
+
+
 def _node_main(argv: list[str]) -> None:
     """`ray start ARGS` with Ray's lookups kept on loopback (`_loopback_only`), in this process
     and in the Python processes Ray starts for the node (the dashboard process on the head,
@@ -216,6 +243,7 @@ def _node_main(argv: list[str]) -> None:
     import ray._private.services as services
 
     _loopback_only()
+    _client_server_through_shim()
     build = services._build_python_executable_command_memory_profileable
 
     def through_shim(*args, **kwargs):
@@ -238,10 +266,25 @@ def _shim_main(argv: list[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
+def _shim_module_main(argv: list[str]) -> None:
+    """`python -m MODULE ARGS` (given as `-m MODULE ARGS`) with `_loopback_only` first (the
+    Ray Client server)."""
+    import runpy
+
+    _loopback_only()
+    _client_server_through_shim()  # the proxy starts a specific server per client the same way
+    if argv[0] == "-m":
+        argv = argv[1:]
+    sys.argv = [argv[0]] + list(argv[1:])
+    runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["node"]:
         _node_main(sys.argv[2:])
     elif sys.argv[1:2] == ["shim"] and len(sys.argv) > 2:
         _shim_main(sys.argv[2:])
+    elif sys.argv[1:2] == ["shim-module"] and len(sys.argv) > 3:
+        _shim_module_main(sys.argv[2:])
     else:
         sys.exit("usage: python -m ragkit.cluster.local node [ray start options]")

@@ -25,7 +25,7 @@ from ragkit.ingest import embcache
 # by job: the sources (ragkit.ingest.sources: files, hashes, chunks, document ids), the
 # parse workers (ragkit.ingest.parsepool), the writer (ragkit.ingest.commit); this module
 # runs the job
-from ragkit.ingest.commit import _ingest_one
+from ragkit.ingest.commit import Lookahead, _ingest_one
 from ragkit.ingest.parsepool import (  # noqa: F401
     _SPAWN_LOCK,
     _WORKER,
@@ -135,6 +135,7 @@ def ingest(
     overlap: bool = True,
     embedder: Embedder | None = None,
     parsers: Callable[[Settings, Callable[[str, tuple], None]], "_Parsers"] | None = None,
+    lookahead: bool | None = None,
 ) -> IngestReport:
     """Ingest files and folders into the store named by `settings`.
 
@@ -147,6 +148,11 @@ def ingest(
     name, dimension, variant and token counts), `parsers(settings, on_done)` for the
     parse-worker pool (an object with `plan`, `result`, `drain`, `close`, the same
     contract as `_Parsers`; the factory's `workers` attribute is what the report says).
+
+    `lookahead` sends the next file's texts to the embedder before this file is written
+    (`ragkit.ingest.commit.Lookahead`: same writes, same order); None takes the embedder's
+    `lookahead` attribute (true for the cluster's embedder, whose actors would otherwise
+    wait on the driver's writes), else `ingest.lookahead`.
 
     Events (kind, info), all sent from the calling thread: "start" {files}; "plan"
     {parse: files to parse, bytes}; "parse_done" {path, pages, chunks, bytes} when a
@@ -216,9 +222,14 @@ def ingest(
         parsers = make_parsers(settings, parse_done) if make_parsers is not None else _Parsers(settings, workers, parse_done)
         if getattr(parsers, "embedder", ...) is None:
             parsers.embedder = embedder  # files parsed here count tokens with the embedder of this ingest
+        if lookahead is None:
+            lookahead = getattr(embedder, "lookahead", None)
+            lookahead = settings.ingest.lookahead if lookahead is None else lookahead
+        ahead = Lookahead(embedder, ident, store, parsers, report, emit) if lookahead and len(to_parse) > 1 else None
+        todo_at = [i for i, p in enumerate(plan) if p[5] is None]  # plan indices of the files to parse, in order
         try:
             parsers.plan(to_parse)
-            for path, key, sha, st, old, state in plan:
+            for i, (path, key, sha, st, old, state) in enumerate(plan):
                 if state == "unchanged":
                     report.unchanged += 1
                     report.files.append({"path": key, "status": "unchanged", "chunks": old.n_chunks})
@@ -227,8 +238,16 @@ def ingest(
                 try:
                     if state is not None:
                         raise DocumentError(key, state)
-                    _ingest_one(path, key, sha, st, old, store, settings, embedder, ident, parsers, report, existing, emit,
-                                chunking)
+                    if ahead is None:
+                        _ingest_one(path, key, sha, st, old, store, settings, embedder, ident, parsers, report, existing,
+                                    emit, chunking)
+                        continue
+                    if key not in ahead.ready:
+                        ahead.take_up((path, key, sha, st, old), chunking)
+                    nxt = next((j for j in todo_at if j > i), None)
+                    if nxt is not None:  # the next file's texts go to the embedder before this file's writes
+                        ahead.take_up(plan[nxt][:5], chunking)
+                    ahead.write(key, existing)
                 except DocumentError as exc:
                     item = {"path": key, "error": exc.reason}
                     report.failed.append(item)
@@ -245,6 +264,9 @@ def ingest(
         except BaseException:
             parsers.close(kill=True)  # Ctrl-C or a store error: end the workers now
             raise
+        finally:
+            if ahead is not None:
+                ahead.close()
         if prune:
             wanted = {str(p) for p in files}
             for rec in list(existing.values()):
