@@ -3,6 +3,7 @@
     .venv/bin/python eval/bench_cluster.py [--docs DIR] [--nodes 1,2] [--json]
     .venv/bin/python eval/bench_cluster.py --steady --repeat 3 --docs DIR    # Ray's cost per file, steady state
     .venv/bin/python eval/bench_cluster.py --slope --repeat 3 --docs DIR     # the same as a slope between two sizes
+    .venv/bin/python eval/bench_cluster.py --actor-probe --docs DIR          # the actor's embedding alone
     .venv/bin/python eval/bench_cluster.py --eval 100 --docs DIR --set SET   # batch eval, one engine
 
 For each node count: a loopback cluster of that many nodes (1 CPU each; ragkit.cluster.local),
@@ -45,6 +46,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="--slope: runs of the whole comparison (the median is printed)")
     ap.add_argument("--no-lookahead", action="store_true",
                     help="--slope: the cluster's ingest without lookahead (the control: embedding waits on each write)")
+    ap.add_argument("--actor-probe", action="store_true",
+                    help="the same texts embedded in this process and in one embedder actor on an idle cluster")
     ap.add_argument("--steady", action="store_true",
                     help="Ray's own cost per file in one run's steady state (first commit to last, over n - 1), "
                          "locally and on a 1-node cluster, --repeat rounds")
@@ -54,6 +57,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.eval:
         return eval_bench(a.docs, a.set, a.eval, a.json)
+    if a.actor_probe:
+        return actor_probe(a.docs)
     if a.steady:
         return steady(a.docs, a.json, a.repeat, False if a.no_lookahead else None)
     if a.slope:
@@ -342,6 +347,58 @@ def steady(docs: Path, as_json: bool, repeat: int = 3, lookahead: bool | None = 
           f"Ray's extra {med['ray_extra_s']:+.2f} s = {100 * med['ray_extra_share']:+.1f}% of the per-file work (rounds "
           f"{', '.join(f'{100 * x:+.1f}%' for x in (r['ray_extra_share'] for r in rounds))}); CPU {med['ray_extra_cpu_s']:+.2f} "
           f"core-s = {100 * med['ray_extra_cpu_share']:+.1f}%")
+
+
+def actor_probe(docs: Path, files: int = 4) -> None:
+    """The same chunk texts (the first `files` of DIR) embedded twice in this process and twice
+    in one embedder actor of an otherwise idle 1-node loopback cluster: wall time and the
+    embedding process's CPU, so the actor's own cost is seen apart from the ingest's contention."""
+    import os
+    import resource
+
+    import psutil
+
+    from ragkit.cluster import local
+    from ragkit.cluster.connect import connect, disconnect
+    from ragkit.cluster.ingest import ClusterEmbedder
+    from ragkit.config import load_settings
+    from ragkit.embed import load_embedder
+    from ragkit.ingest.sources import chunk_file
+
+    s = load_settings()
+    emb = load_embedder(s)
+    texts = [c.embed_text() for p in sorted(x for x in docs.iterdir() if x.is_file())[:files]
+             for c in chunk_file(p, s, emb)[0]]
+    emb.embed_documents(texts[:64])  # loaded and warm
+
+    def own_cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    print(f"{len(texts)} texts from {files} files of {docs}")
+    for _ in range(2):
+        t0, c0 = time.perf_counter(), own_cpu()
+        emb.embed_documents(texts)
+        print(f"  this process: {time.perf_counter() - t0:.2f} s wall, {own_cpu() - c0:.2f} core-s", flush=True)
+    temp = Path("/tmp/rk-bench-ray-probe")
+    cluster = local.start(temp, nodes=1, cpus_per_node=1)
+    try:
+        connect(cluster.address)
+        ce = ClusterEmbedder(s, emb, 1)
+        ce.embed_documents(texts[:64])  # the actor started, its model loaded and warm
+        import ray
+
+        actor = psutil.Process(ray.get(ce.actors[0].__ray_call__.remote(lambda self: os.getpid())))
+        for _ in range(2):
+            t0, c0 = time.perf_counter(), sum(actor.cpu_times()[:2])
+            ce.embed_documents(texts)
+            print(f"  embedder actor: {time.perf_counter() - t0:.2f} s wall, {sum(actor.cpu_times()[:2]) - c0:.2f} core-s "
+                  f"in the actor (nice {actor.nice()}, {len(actor.cpu_affinity())} cores)", flush=True)
+        ce.close()
+        disconnect()
+    finally:
+        cluster.stop(5)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _engine(log: Path, n_ctx: int):
