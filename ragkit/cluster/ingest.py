@@ -72,9 +72,6 @@ class ClusterEmbedder:
         self.dim = local.dim
         self.max_tokens = local.max_tokens
         self.variant = getattr(local, "variant", None) or type(local).__name__
-        # the next file's texts go to the actors while the driver writes this one
-        # (ragkit.ingest.commit.Lookahead): the actors never wait on the store
-        self.lookahead = True
         self.actors: list = []
         self.started = 0  # actors started in this run
         self.batches = 0
@@ -240,8 +237,8 @@ def ingest_on_cluster(
     """`ragkit.ingest.ingest` with parsing in Ray tasks and embedding in Ray actors on the
     cluster at `address` (else setting cluster.address; "auto" = the cluster on this
     machine). The same report, events, store and commit rule as the local ingest. The next
-file's texts go to the actors while the driver writes this one (`lookahead`, on unless
-False: the control for eval/bench_cluster.py)."""
+    file's texts go to the actors while the driver writes this one (`lookahead`, on unless
+    False: the control for eval/bench_cluster.py)."""
     from ragkit.cluster.connect import alive_nodes, connect, disconnect
     from ragkit.embed import load_embedder
 
@@ -256,7 +253,9 @@ False: the control for eval/bench_cluster.py)."""
         t0 = time.perf_counter()
         try:
             report = ingest(paths, settings, prune=prune, wait_s=wait_s, on_event=on_event,
-                            embedder=embedder, parsers=_ParsersFactory(2 * cpus), lookahead=lookahead)
+                            embedder=embedder, parsers=_ParsersFactory(2 * cpus),
+                            # the actors never wait on the driver's store writes, whatever ingest.lookahead says
+                            lookahead=True if lookahead is None else lookahead)
         finally:
             embedder.close()
         report.timings["cluster_nodes"] = len(nodes)

@@ -184,15 +184,9 @@ class Lookahead:
             t0 = time.perf_counter()
             a.found = self.store.vectors_by_text_hash(a.hashes) if a.hashes else {}
             self.tm["lookup_s"] += time.perf_counter() - t0
-            todo: dict[str, str] = {}  # hash -> text, first occurrence, in document order
-            for h, t in zip(a.hashes, texts):
-                if h in a.found or h in todo:
-                    continue
-                if h in self.inflight:  # an earlier file, not yet written, is embedding it
-                    a.waits_on[h] = self.inflight[h]
-                    a.texts[h] = t
-                else:
-                    todo[h] = t
+            # a text an earlier file, not yet written, is embedding is taken from that file's job
+            todo, a.texts = embcache.missing(texts, a.hashes, a.found, self.inflight)
+            a.waits_on = {h: self.inflight[h] for h in a.texts}
             self.emit("parsed", {"path": key, "chunks": len(chunks), "to_embed": len(todo),
                                  "from_cache": len(chunks) - len(todo)})
             if todo:

@@ -33,6 +33,22 @@ def text_hash(ident: str, text: str) -> str:
     return hashlib.sha256(f"{ident}\x00{text}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def missing(texts: list[str], hashes: list[str], found, pending=()) -> tuple[dict[str, str], dict[str, str]]:
+    """What the embedder must be given: (hash -> text of each distinct text neither `found`
+    nor `pending`, first occurrence, in document order; hash -> text of those `pending`: being
+    embedded for another file right now, ragkit.ingest.commit.Lookahead)."""
+    todo: dict[str, str] = {}
+    waits: dict[str, str] = {}
+    for h, t in zip(hashes, texts):
+        if h in found or h in todo or h in waits:
+            continue
+        if h in pending:
+            waits[h] = t
+        else:
+            todo[h] = t
+    return todo, waits
+
+
 def embed_with_cache(
     texts: list[str],
     hashes: list[str],
@@ -47,10 +63,7 @@ def embed_with_cache(
     t0 = time.perf_counter()
     found = lookup(hashes) if hashes else {}
     t_lookup = time.perf_counter() - t0
-    todo: dict[str, str] = {}  # hash -> text, first occurrence, in document order
-    for h, t in zip(hashes, texts):
-        if h not in found and h not in todo:
-            todo[h] = t
+    todo, _ = missing(texts, hashes, found)
     if todo:
         vecs = embed(list(todo.values()))
         if len(vecs) != len(todo):

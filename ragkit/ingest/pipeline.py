@@ -10,6 +10,7 @@ order, so commits stay in a deterministic order."""
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 import traceback
@@ -150,9 +151,8 @@ def ingest(
     contract as `_Parsers`; the factory's `workers` attribute is what the report says).
 
     `lookahead` sends the next file's texts to the embedder before this file is written
-    (`ragkit.ingest.commit.Lookahead`: same writes, same order); None takes the embedder's
-    `lookahead` attribute (true for the cluster's embedder, whose actors would otherwise
-    wait on the driver's writes), else `ingest.lookahead`.
+    (`ragkit.ingest.commit.Lookahead`: same writes, same order); None takes `ingest.lookahead`
+    (ragkit.cluster passes True).
 
     Events (kind, info), all sent from the calling thread: "start" {files}; "plan"
     {parse: files to parse, bytes}; "parse_done" {path, pages, chunks, bytes} when a
@@ -223,8 +223,7 @@ def ingest(
         if getattr(parsers, "embedder", ...) is None:
             parsers.embedder = embedder  # files parsed here count tokens with the embedder of this ingest
         if lookahead is None:
-            lookahead = getattr(embedder, "lookahead", None)
-            lookahead = settings.ingest.lookahead if lookahead is None else lookahead
+            lookahead = settings.ingest.lookahead
         ahead = Lookahead(embedder, ident, store, parsers, report, emit) if lookahead and len(to_parse) > 1 else None
         todo_at = [i for i, p in enumerate(plan) if p[5] is None]  # plan indices of the files to parse, in order
         try:
@@ -244,9 +243,9 @@ def ingest(
                         continue
                     if key not in ahead.ready:
                         ahead.take_up((path, key, sha, st, old), chunking)
-                    nxt = next((j for j in todo_at if j > i), None)
-                    if nxt is not None:  # the next file's texts go to the embedder before this file's writes
-                        ahead.take_up(plan[nxt][:5], chunking)
+                    k = bisect.bisect_right(todo_at, i)  # the next file to parse after this one
+                    if k < len(todo_at):  # its texts go to the embedder before this file's writes
+                        ahead.take_up(plan[todo_at[k]][:5], chunking)
                     ahead.write(key, existing)
                 except DocumentError as exc:
                     item = {"path": key, "error": exc.reason}
