@@ -115,6 +115,7 @@ def corpus_for(name: str, cache: Path) -> list[Path]:
     raise SystemExit(f"unknown set {name!r}; choose from {', '.join(SETS)}")
 
 
+UNCACHED = False  # --uncached: no score memo, so the reranker runs for every pair and its wall time is measured
 SEEDED_SPLIT = False  # --seeded-split: also score seeded_halves apart ("tune", "held")
 EMBED_MODEL: str | None = None  # --embed-model: another embedder (its own stores: use another --cache)
 
@@ -208,12 +209,13 @@ def record(item, r) -> dict:
     ctxs = list(prompt.contexts)
     ranked = sorted(ctxs, key=lambda c: (-c.score, c.n))
     rank_of = {c.chunk_id: i for i, c in enumerate(ranked, 1)}
+    ce = dict(getattr(getattr(r, "rerank", None), "scores", None) or {})  # chunk id -> cross-encoder logit
     return {"rerank": r.rerank.to_json() if getattr(r, "rerank", None) else None,
         "id": item.id, "status": "ok", "retrieval_only": True, "mode": prompt.mode,
         "prompt_tokens": len(prompt.ids), "contexts": [
             {"n": c.n, "rank": rank_of[c.chunk_id], "doc": c.doc, "chunk_index": c.chunk_index, "page": c.page_start,
              "page_end": c.page_end, "section": c.section, "score": c.score, "tokens": c.tokens, "chunk_id": c.chunk_id,
-             "text": c.text} for c in ctxs],
+             "ce": ce.get(c.chunk_id), "text": c.text} for c in ctxs],
         "citations": [], "invalid_citations": [], "timings": dict(r.timings),
     }
 
@@ -410,9 +412,11 @@ def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: 
     memo = None
     if from_records is None:
         prime_queries(settings, items_for(name))
-        memo = prime_reranker(settings, cache / name / "rerank-scores.jsonl")
+        if not UNCACHED:
+            memo = prime_reranker(settings, cache / name / "rerank-scores.jsonl")
     rows = []
     costs: list[tuple[float, int, int]] = []
+    measured: list[tuple[float, float]] = []  # --uncached: each question's reranker (wall s, CPU s) as it ran
     safe = method.replace("/", "_")
     out_path = cache / name / (f"records-{safe}.jsonl" if LEXICAL == "segments" else f"records-{safe}-{LEXICAL}.jsonl")
     sink = open(out_path, "w", encoding="utf-8") if from_records is None else None
@@ -425,6 +429,8 @@ def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: 
                                         generator=gen))
             if memo is not None:
                 costs.append(memo.reset())
+            if memo is None and rec.get("rerank"):
+                measured.append((rec["rerank"]["wall_s"], rec["rerank"]["cpu_s"]))
             sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
             sink.flush()
         else:
@@ -433,6 +439,8 @@ def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: 
         row["doc"] = item.doc
         if name == "sec":  # a gold figure anywhere in the prompt (the set has no pages: the figure stands for its page)
             row["gold_figure_in_prompt"] = gold_figure_in(item.answers, [c["text"] for c in rec.get("contexts", [])])
+        if name == "sec":  # the question's type: single- or multi-chunk, table or text
+            row["type"] = "/".join(t for t in item.tags if t in ("single-chunk", "multi-chunk", "table", "text"))
         rows.append(row)
         if n % 100 == 0:
             log(f"[{name}/{method}] {n}/{len(items)} ({time.perf_counter() - t0:.0f} s)")
@@ -445,6 +453,10 @@ def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: 
                               "pair_tokens_mean": sum(c[2] for c in costs) / max(sum(c[1] for c in costs), 1),
                               "cpu_s_p50": statistics.median(cpu), "cpu_s_mean": statistics.fmean(cpu),
                               "cpu_s_p90": cpu[int(0.9 * (len(cpu) - 1))]}
+    if measured:
+        wall, cpu = sorted(m[0] for m in measured), sorted(m[1] for m in measured)
+        res["rerank_uncached"] = {"questions": len(measured), "wall_s_p50": statistics.median(wall),
+                                  "wall_s_p90": wall[int(0.9 * (len(wall) - 1))], "cpu_s_p50": statistics.median(cpu)}
     if split:
         a, b = halves(items)
     res["rows"] = [{k: r.get(k) for k in ("id", "evidence_rank_strict", "tokens_to_evidence", "gold_figure_at_5")} for r in rows]
@@ -455,6 +467,9 @@ def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: 
         tune, held = seeded_halves(items_for(name), SPLIT_SEED)
         res["tune"] = summarize([r for r in rows if r["doc"] in tune], within)
         res["held"] = summarize([r for r in rows if r["doc"] in held], within)
+    if name == "sec":  # per question type (all items: too few per type for halves)
+        res["by_type"] = {t: summarize([r for r in rows if r["type"] == t], within)
+                          for t in sorted({r["type"] for r in rows})}
     return res
 
 
@@ -627,6 +642,115 @@ def not_found(names: list[str], cache: Path, gen, seed: int, method: str, docs_p
     return res
 
 
+# Packing rules for "fewer tokens" (--packing), each a function of a record's ranked sources
+# (rank order, their tokens and cross-encoder logits) -> the sources kept. The prompt's other
+# tokens (template, question: 163-183 on ContractNLI) stay, so a record's prompt tokens minus
+# the dropped sources' tokens is the smaller prompt's size.
+def _pack_top_k(k: int):
+    return lambda ranked: ranked[:k]
+
+
+def _pack_budget(budget: int):
+    def rule(ranked):
+        kept, used = [], 0
+        for c in ranked:
+            if kept and used + c["tokens"] > budget:
+                break
+            kept.append(c)
+            used += c["tokens"]
+        return kept
+    return rule
+
+
+def _pack_margin(margin: float):
+    """Keep sources in rank order while the cross-encoder's logit stays within `margin` of
+    the best one (the confident case packs few)."""
+    def rule(ranked):
+        ces = [c["ce"] for c in ranked if c.get("ce") is not None]
+        if not ces:
+            return ranked
+        best = max(ces)
+        kept = ranked[:1]
+        for c in ranked[1:]:
+            if c.get("ce") is None or c["ce"] < best - margin:
+                break
+            kept.append(c)
+        return kept
+    return rule
+
+
+def _pack_gap(gap: float, few: int, many: int):
+    """`few` sources when the best logit leads the second by `gap` or more, else `many`."""
+    def rule(ranked):
+        ces = sorted((c["ce"] for c in ranked if c.get("ce") is not None), reverse=True)
+        return ranked[: few if len(ces) >= 2 and ces[0] - ces[1] >= gap else many]
+    return rule
+
+
+PACKING = {**{f"top_k={k}": _pack_top_k(k) for k in (2, 3, 4, 5, 6, 8)},
+           **{f"budget={b}": _pack_budget(b) for b in (600, 800, 1000, 1200, 1500)},
+           **{f"ce_margin={m}": _pack_margin(m) for m in (3, 4, 5, 6, 8)},
+           **{f"ce_gap={g}:{a}/{b}": _pack_gap(g, a, b) for g in (2, 3) for a, b in ((1, 6), (2, 6), (2, 8))}}
+
+
+def packing(names: list[str], cache: Path, seed: int, keep_share: float) -> dict:
+    """Fewer tokens: each packing rule applied to the default method's records (no retrieval
+    run; `--methods default` writes them), scored as eval scores them. Per set and half: the
+    strict gold evidence still in the prompt and the mean prompt tokens. Chosen on the tuning
+    half: the rule and setting with the fewest tokens that keeps at least `keep_share` of the
+    full prompt's evidence there; reported on the held-out half."""
+    from ragkit.eval.metrics import gold_figure_in
+    from ragkit.eval.run import score_item
+
+    out: dict = {"seed": seed, "keep_share": keep_share, "sets": {}}
+    for name in names:
+        path = cache / name / "records-default.jsonl"
+        recs = {r["id"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines()) if r}
+        items = [i for i in items_for(name) if i.id in recs]
+        tune, held = seeded_halves(items_for(name), seed)
+
+        def run(rule, docs):
+            kept_ev, toks = [], []
+            for it in (i for i in items if i.doc in docs):
+                rec = recs[it.id]
+                ranked = sorted(rec["contexts"], key=lambda c: c["rank"])
+                ids = {c["chunk_id"] for c in (rule(ranked) if rule else ranked)}
+                ctxs = [c for c in rec["contexts"] if c["chunk_id"] in ids]
+                small = dict(rec, contexts=ctxs, prompt_tokens=rec["prompt_tokens"] - sum(
+                    c["tokens"] for c in rec["contexts"] if c["chunk_id"] not in ids))
+                row = score_item(it, small, 106.0)
+                toks.append(small["prompt_tokens"])
+                if name == "sec":
+                    fig = gold_figure_in(it.answers, [c["text"] for c in ctxs])
+                    if fig is not None:
+                        kept_ev.append(fig)
+                elif row.get("evidence_strict") is not None:
+                    kept_ev.append(row["evidence_strict"])
+            return {"evidence_kept": sum(kept_ev) / len(kept_ev) if kept_ev else None,
+                    "prompt_tokens_mean": statistics.fmean(toks) if toks else None, "n": len(toks)}
+
+        res = {half: {"full": run(None, docs), **{k: run(rule, docs) for k, rule in PACKING.items()}}
+               for half, docs in (("tune", tune), ("held", held))}
+        floor = keep_share * res["tune"]["full"]["evidence_kept"]
+        ok = [k for k in PACKING if res["tune"][k]["evidence_kept"] >= floor]
+        chosen = min(ok, key=lambda k: res["tune"][k]["prompt_tokens_mean"]) if ok else None
+        out["sets"][name] = {**res, "chosen": chosen}
+    return out
+
+
+def print_packing(res: dict) -> None:
+    print(f"\nfewer tokens: packing rules over the default records (split seed {res['seed']}); chosen on the tuning half "
+          f"= fewest tokens keeping >= {res['keep_share']:.0%} of the full prompt's evidence")
+    for name, r in res["sets"].items():
+        print(f"\n{name} (SEC: a gold figure in the prompt; else the strict gold evidence)  chosen: {r['chosen']}")
+        print("rule".ljust(22) + "held kept".rjust(11) + "held tok".rjust(10) + "tune kept".rjust(11) + "tune tok".rjust(10))
+        for k in ("full", *PACKING):
+            h, t = r["held"][k], r["tune"][k]
+            mark = "  <- chosen" if k == r["chosen"] else ""
+            print(k.ljust(22) + fmt(h["evidence_kept"]).rjust(11) + fmt(h["prompt_tokens_mean"]).rjust(10)
+                  + fmt(t["evidence_kept"]).rjust(11) + fmt(t["prompt_tokens_mean"]).rjust(10) + mark)
+
+
 def _quantiles(v: list[float]) -> dict:
     if not v:
         return {}
@@ -683,13 +807,22 @@ def main() -> None:
     ap.add_argument("--not-found", action="store_true",
                     help="measure the reranker's best score as the evidence for not_found (answerable, the set's own "
                          "unanswerable and off-topic questions), the floor fitted on one half and reported on the other")
+    ap.add_argument("--uncached", action="store_true",
+                    help="score every pair with the reranker (no CACHE/NAME/rerank-scores.jsonl) and report its wall and "
+                         "CPU seconds a question as they ran (run it on an otherwise idle machine)")
+    ap.add_argument("--packing", action="store_true",
+                    help="fewer tokens: packing rules (top k, a token budget, cross-encoder confidence cuts) applied to "
+                         "the default method's records, chosen on the tuning half and reported on the held-out half")
+    ap.add_argument("--keep-share", type=float, default=0.97,
+                    help="--packing: the share of the full prompt's evidence a chosen rule must keep (tuning half)")
     ap.add_argument("--nf-method", default="rerank", help="--not-found: the retrieve settings (a method)")
     ap.add_argument("--nf-docs", type=int, default=10, help="--not-found: documents per half and set")
     ap.add_argument("--nf-offtopic-docs", type=int, default=3, help="--not-found: documents per half asked the off-topic questions")
     ap.add_argument("--nf-max-refused", type=float, default=0.01, help="--not-found: answerable share the floor may refuse (tuning half)")
     args = ap.parse_args()
-    global SKIP, EMBED_MODEL, SEEDED_SPLIT
+    global SKIP, EMBED_MODEL, SEEDED_SPLIT, UNCACHED
     EMBED_MODEL = args.embed_model
+    UNCACHED = args.uncached
     SEEDED_SPLIT = args.seeded_split
     SKIP = args.skip
     use_lexical(args.lexical)
@@ -700,6 +833,11 @@ def main() -> None:
             METHODS[m] = {k: _value(v) for k, v in (kv.split("=", 1) for kv in m.split("+"))}
         if m not in METHODS and m != "before":
             raise SystemExit(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
+    if args.packing:
+        res = packing(names, args.cache, args.seed, args.keep_share)
+        (args.cache / "packing.json").write_text(json.dumps(res, indent=1))
+        print(json.dumps(res, indent=2)) if args.json else print_packing(res)
+        return
     for name in names:
         build(name, args.cache)
     if args.build_only:
@@ -746,6 +884,13 @@ def main() -> None:
                 if part in r:
                     print(m.ljust(12) + part.ljust(8) + "".join(fmt(r[part].get(c)).rjust(13) for c in cols)
                           + (f"  {r['retrieve_s_per_item']:.3f}" if part == "all" else ""))
+            if r.get("rerank_uncached"):
+                u = r["rerank_uncached"]
+                print(f"{m.ljust(12)}reranker as it ran ({u['questions']} questions): wall s p50 {u['wall_s_p50']:.3f}, "
+                      f"p90 {u['wall_s_p90']:.3f}; CPU s p50 {u['cpu_s_p50']:.3f}")
+            for t, x in r.get("by_type", {}).items():
+                print(f"{m.ljust(12)}{t}: " + ", ".join(f"{SHORT[c]} {fmt(x.get(c))}" for c in
+                                                         ("n", "gold_figure_in_prompt", "gold_figure_at_5", "prompt_tokens_mean")))
 
 
 if __name__ == "__main__":

@@ -101,6 +101,13 @@ ABSTAIN_MARGIN_DEFAULT = 1.5
 RERANK_POOL_DEFAULT = 10
 RERANK_WEIGHT_DEFAULT = 1.0
 RERANK_UNITS_DEFAULT = True
+# the table lane (retrieve.rerank_tables): 8 chosen on the SEC tuning half (4 / 8 / 16 / 60 tables: figure's page in the
+# prompt 0.912 / 0.941 / 0.941 / 0.941, 0.912 without), held-out half 0.927 -> 0.951 (eval/README.md "Reranker")
+RERANK_TABLES_DEFAULT = 8
+# the best lane table joins the prompt only from this logit up: -5 / -4 / -3 / -2 / -1.5 / -1 / 0 on the SEC tuning half
+# kept its figure's page 0.941 down to -1.5 (0.912 from -1), adding a table to 16 of 35 questions instead of 35;
+# held-out half: 0.951 either way, a table added to 15 of 42 questions instead of 42
+RERANK_TABLE_FLOOR_DEFAULT = -1.5
 RERANK_ABSTAIN_BELOW_DEFAULT: float | None = None
 
 
@@ -137,6 +144,12 @@ class RetrieveSettings(BaseModel):
                                  "reciprocal rank fusion with the ranking so far (which has 1.0)")
     rerank_units: bool = Field(RERANK_UNITS_DEFAULT, description="score each candidate's sentences and list items "
                                "apart, the candidate taking its best (true), or each candidate whole (false)")
+    rerank_tables: int = Field(RERANK_TABLES_DEFAULT, ge=0, description="named documents: also score this many table "
+                               "chunks from beyond the pool (the best-ranked first), each by its headings and row labels, "
+                               "and give the best one not already packed a place in the prompt beside top_k; 0 = none")
+    rerank_table_floor: float | None = Field(
+        RERANK_TABLE_FLOOR_DEFAULT, description="the table lane's best table joins the prompt only when its cross-encoder "
+        "score is at least this logit (None = always; the score is this model's own: set it again for another reranker)")
     rerank_budget_s: float = Field(0.0, ge=0, description="stop scoring further batches of 16 after this many seconds "
                                    "(the best-ranked candidates are scored first); 0 = no time bound")
     rerank_abstain_below: float | None = Field(

@@ -14,9 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import CORPORA, make_settings
+from conftest import CORPORA, SHARED, make_settings
 from typer.testing import CliRunner
 
+from ragkit.config import RERANK_TABLE_FLOOR_DEFAULT
 from ragkit.retrieve import rerank as R
 from ragkit.store import Hit
 
@@ -96,6 +97,52 @@ def test_the_passage_is_read_under_its_clause_heading():
         "4. Return or Destruction\nThe Recipient shall deliver up all copies."
     assert R.passage_text(_hit("b", "4. Return or Destruction The Recipient ...", "NDA > 4. Return or Destruction")) == \
         "4. Return or Destruction The Recipient ..."
+
+
+INCOME = ("|  | Three Months Ended December 31, 2022 | Three Months Ended December 25, 2021 |\n|---|---|---|\n"
+          "| Total net sales | 117,154 | 123,945 |\n| Total operating expenses | 14,316 | 12,755 |\n"
+          "| Operating income | 36,016 | 41,488 |")
+
+
+def test_a_table_is_read_by_its_headings_and_row_labels_not_its_figures():
+    h = Hit(id="t", text=INCOME, score=0.0, meta={"section": "PART I > Item 1. Financial Statements", "kind": "table"})
+    assert R.table_digest(h) == ("Item 1. Financial Statements\n"
+                                 "Three Months Ended December 31, 2022 Three Months Ended December 25, 2021\n"
+                                 "Total net sales; Total operating expenses; Operating income")
+    prose = _hit("p", "No table here.", "Notes")
+    assert R.table_digest(prose) == R.passage_text(prose)  # a chunk without table rows reads as any passage
+
+
+class _Labels:
+    """A FAKE reranker (unit test of the table lane's bookkeeping only): a passage naming
+    "operating expenses" scores 5, any other -5; records what it was asked."""
+
+    name = "fake"
+
+    def __init__(self):
+        self.asked: list[str] = []
+
+    def score(self, query, passages):
+        self.asked += passages
+        return [5.0 if "operating expenses" in p else -5.0 for p in passages]
+
+
+def test_the_table_lane_scores_tables_beyond_the_pool_best_ranked_first():
+    text = [_hit(f"x{i}", f"prose {i}") for i in range(6)]
+    other = Hit(id="t1", text=INCOME.replace("operating expenses", "other"), score=0.0, meta={"kind": "table"})
+    income = Hit(id="t2", text=INCOME, score=0.0, meta={"kind": "table"})
+    late = Hit(id="t3", text=INCOME, score=0.0, meta={"kind": "table"})
+    ranked = text[:2] + [other] + text[2:4] + [income] + text[4:] + [late]
+    assert [h.id for h in R.table_lane(ranked, 2, 2)] == ["t1", "t2"]  # tables after the pool, in ranking order, 2 of them
+    assert R.table_lane(ranked, 2, 0) == []
+    fake = _Labels()
+    out, info = R.rerank_hits("q", ranked, fake, pool=2, weight=1.0, tables=2)
+    assert info.pool == 4 and info.scored == 4 and len(fake.asked) == 4  # 2 of the pool, 2 tables (one pair each)
+    assert info.tables == ["t2", "t1"]  # best first: what retrieve gives a place in the prompt
+    assert "t3" not in info.scores  # the lane stops at 2
+    assert sorted(h.id for h in out) == sorted(h.id for h in ranked)
+    _, off = R.rerank_hits("q", ranked, _Labels(), pool=2, weight=1.0)
+    assert off.tables == [] and off.scored == 2
 
 
 # ---------------------------------------------------------------------- the pinned model
@@ -400,3 +447,44 @@ def test_bge_small_en_is_an_embedder_with_its_own_store_identity(tmp_path):
     minilm = load_settings(store=tmp_path / "store")
     with pytest.raises(RagkitError, match="built with embedder 'bge-small-en'"):
         open_store(minilm, load_embedder(minilm), create=False)
+
+
+# ---------------------------------------------------------------------- the table lane on a real filing
+
+SEC_DOCS = SHARED / "sec-10q-docugami" / "docs"
+
+
+@pytest.fixture(scope="module")
+def aapl_store(tmp_path_factory):
+    """Apple's 10-Q for Q1 FY2023 (the shared SEC corpus) ingested into a real Chroma store."""
+    from ragkit.ingest import ingest
+
+    if not (SEC_DOCS / "2023 Q1 AAPL.pdf").exists():
+        pytest.skip(f"the shared SEC 10-Q corpus is not at {SEC_DOCS}")
+    settings = make_settings(tmp_path_factory.mktemp("sec") / "ragkit", n_ctx=4096)
+    assert ingest([SEC_DOCS / "2023 Q1 AAPL.pdf"], settings).failed == []
+    return settings
+
+
+def test_the_statement_table_gets_a_place_in_the_prompt_through_the_table_lane(aapl_store):
+    """The total operating expenses sit in the income statement (page 4), a table whose
+    figures the question does not name; the prose of the MD&A names operating expenses and
+    outranks it, so without the table lane the prompt holds no source with the figure. With
+    the shipped lane the statement is scored by its headings and row labels and joins the
+    prompt beside the top_k sources."""
+    q = "How did Apple's operating expenses for Q1 2023 compare to its revenue for the same quarter?"
+    doc = "2023 Q1 AAPL.pdf"
+    r_on, on = _ranked(aapl_store, q, doc)
+    r_off, off = _ranked(aapl_store, q, doc, rerank_tables=0)
+    statement = [c for c in on if "Total operating expenses" in c.text and "14,316" in c.text]
+    assert statement and statement[0].page_start == 4, [(c.page_start, c.text[:60]) for c in on]
+    assert not any("14,316" in c.text for c in off)
+    assert len(on) == len(off) + 1  # one source more, not one of the others displaced
+    assert r_on.rerank.tables and statement[0].chunk_id == next(t for t in r_on.rerank.tables
+                                                                  if t not in {c.chunk_id for c in off})
+    assert r_off.rerank.tables == []
+    # the floor: a table that reads as off the question spends no tokens
+    best = r_on.rerank.scores[statement[0].chunk_id]
+    assert best >= RERANK_TABLE_FLOOR_DEFAULT
+    _, high = _ranked(aapl_store, q, doc, rerank_table_floor=best + 0.01)
+    assert not any("14,316" in c.text for c in high) and len(high) == len(off)

@@ -111,6 +111,21 @@ def retrieve(question: str, settings: "Session | Settings", docs: list[str] | No
         # keep at most top_k sources: every token of prefill costs time
         prompt = _limit(builder, asked, prompt, max(rs.top_k, len(selected)) if several else rs.top_k, each_doc=several,
                         **extra)
+    if prompt.mode == "retrieved" and rinfo is not None and rinfo.tables:
+        # the table lane's best table not yet in the prompt joins it beside the top_k sources: a
+        # statement table scores below the prose that names the same metric, so fusion alone
+        # rarely lifts it (SEC figure's page in the prompt 0.927 -> 0.951 on the held-out half);
+        # only when its cross-encoder score reaches retrieve.rerank_table_floor
+        have = {c.chunk_id for c in prompt.contexts}
+        floor = rs.rerank_table_floor
+        want = next((t for t in rinfo.tables if t not in have), None)
+        if want is not None and floor is not None and rinfo.scores[want] < floor:
+            want = None  # the best table left reads as off the question: no tokens spent on it
+        extra = next((h for h in cands if h.id == want), None) if want else None
+        if extra is not None:
+            hits = [_hit_of(c) for c in prompt.contexts] + [Hit(id=extra.id, text=extra.text, meta=extra.meta,
+                                                                   score=min((c.score for c in prompt.contexts), default=0.0))]
+            prompt = builder.build(asked, hits, doc_order=[d.doc_id for d in selected], context=context, reserve=context_reserve)
     if several:
         have = {c.doc_id for c in prompt.contexts}
         missing = [d.name for d in selected if d.doc_id not in have]
@@ -149,7 +164,8 @@ def rank_stages(question: str, qvec, cands: list[Hit], whole: list[Hit] | None, 
         from ragkit.retrieve.rerank import rerank_hits
 
         cands, info = rerank_hits(question, cands, reranker, pool=rs.rerank_pool, weight=rs.rerank_weight, k=rs.rrf_k,
-                                  budget_s=rs.rerank_budget_s, by_units=rs.rerank_units)
+                                  budget_s=rs.rerank_budget_s, by_units=rs.rerank_units,
+                                  tables=rs.rerank_tables if whole is not None else 0)
         if notes is not None:
             notes["rerank"] = info
     if rs.opening_first and whole is not None:
@@ -211,6 +227,13 @@ def round_robin(hits: list[Hit]) -> list[Hit]:
     return out
 
 
+def _hit_of(c) -> Hit:
+    """A prompt source back as a candidate (to rebuild a prompt from some of its sources)."""
+    return Hit(id=c.chunk_id, text=c.text, score=c.score,
+               meta={"doc_name": c.doc, "doc_id": c.doc_id, "chunk_index": c.chunk_index, "section": c.section,
+                     "page_start": c.page_start, "page_end": c.page_end})
+
+
 def _limit(builder: PromptBuilder, question: str, prompt: Prompt, k: int, *, each_doc: bool = False,
            context: str | None = None, reserve: int = 0) -> Prompt:
     if len(prompt.contexts) <= k:
@@ -219,11 +242,6 @@ def _limit(builder: PromptBuilder, question: str, prompt: Prompt, k: int, *, eac
     # named documents: the best source of each first, then the best of the rest
     firsts = list({c.doc_id: c for c in reversed(ranked)}.values())[:k] if each_doc else []
     best = firsts + [c for c in ranked if c not in firsts][: k - len(firsts)]
-    hits = [
-        Hit(id=c.chunk_id, text=c.text, score=c.score,
-            meta={"doc_name": c.doc, "doc_id": c.doc_id, "chunk_index": c.chunk_index, "section": c.section,
-                  "page_start": c.page_start, "page_end": c.page_end})
-        for c in best
-    ]
+    hits = [_hit_of(c) for c in best]
     order = list(dict.fromkeys(c.doc_id for c in prompt.contexts))
     return builder.build(question, hits, doc_order=order, context=context, reserve=reserve)

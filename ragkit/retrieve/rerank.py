@@ -57,7 +57,7 @@ class RerankInfo:
     wall_s: float
     scores: dict[str, float] = field(default_factory=dict)  # chunk id -> score
     pairs: int = 0  # (question, passage) pairs scored
-
+    tables: list[str] = field(default_factory=list)  # the table lane's chunk ids, best cross-encoder score first
 
     def to_json(self) -> dict:
         return {"backend": self.backend, "pool": self.pool, "scored": self.scored, "pairs": self.pairs,
@@ -74,17 +74,51 @@ def passage_units(h: Hit) -> list[str]:
     return [f"{leaf}\n{u}" if leaf and not u.startswith(leaf) else u for u in (units(h.text) or [h.text])]
 
 
+def table_digest(h: Hit) -> str:
+    """What the cross-encoder reads for a table chunk in the table lane: its clause heading,
+    its column headings and its row labels (the first cell of each row), not its figures.
+    A statement table is mostly numbers the question does not name; its headings and row
+    labels ("Total net sales", "Three Months Ended July 1, 2023") are what it is about, and
+    the digest is one short pair where the rows would be dozens."""
+    leaf = (h.meta.get("section") or "").rsplit(" > ", 1)[-1].strip()
+    rows = [ln.strip().strip("|").split("|") for ln in h.text.splitlines() if ln.strip().startswith("|")]
+    rows = [[c.strip() for c in r] for r in rows if not set("".join(r)) <= set("-: ")]
+    if not rows:
+        return passage_text(h)
+    heads = " ".join(c for c in rows[0] if c)
+    labels = "; ".join(r[0] for r in rows[1:] if r and r[0])
+    return "\n".join(p for p in (leaf, heads, labels) if p)
+
+
+def table_lane(ranked: list[Hit], pool: int, n: int) -> list[Hit]:
+    """The table lane's candidates: the first `n` table chunks (ingest's `kind`) of the
+    ranking after its first `pool`, best-ranked first."""
+    if n <= 0:
+        return []
+    return [h for h in ranked[max(pool, 0):] if h.meta.get("kind") == "table"][:n]
+
+
 def rerank_hits(query: str, ranked: list[Hit], reranker: Reranker, *, pool: int, weight: float, k: int = 60,
-                budget_s: float = 0.0, batch: int = 16, by_units: bool = False) -> tuple[list[Hit], RerankInfo]:
+                budget_s: float = 0.0, batch: int = 16, by_units: bool = False,
+                tables: int = 0) -> tuple[list[Hit], RerankInfo]:
     """Score the first `pool` of `ranked` with `reranker` (in batches of `batch` chunks,
     best-ranked first, stopping once `budget_s` seconds are spent when it is > 0) and fuse
     with the current order (`fuse`). `by_units`: a chunk scores as its best sentence or list
-    item (`passage_units`) instead of as a whole. Every hit comes back, scored by its fused
-    score, so later stages and the prompt's "best first" read the fused order."""
+    item (`passage_units`) instead of as a whole. `tables`: also score that many table chunks
+    from beyond the pool (`table_lane`), each by its digest (`table_digest`), so a statement
+    table the hybrid stages ranked low can still rise (and the best of them gets a place in the
+    prompt: `ragkit.retrieve.pipeline.retrieve`). Every hit comes back, scored by its
+    fused score, so later stages and the prompt's "best first" read the fused order."""
     head = ranked[: max(pool, 0)]
+    lane = table_lane(ranked, pool, tables)
     c0, w0 = time.process_time(), time.perf_counter()
     scores: dict[str, float] = {}
     pairs = 0
+    if lane:  # one pair a table; scored first, since the pool's batches may stop at the time budget
+        for h, s in zip(lane, reranker.score(query, [table_digest(h) for h in lane])):
+            scores[h.id] = s
+        pairs += len(lane)
+    tables = [h.id for h in sorted(lane, key=lambda h: -scores[h.id])]
     for b in range(0, len(head), batch):
         part = head[b : b + batch]
         if by_units:
@@ -101,9 +135,9 @@ def rerank_hits(query: str, ranked: list[Hit], reranker: Reranker, *, pool: int,
             pairs += len(part)
         if budget_s > 0 and time.perf_counter() - w0 >= budget_s:
             break
-    info = RerankInfo(backend=getattr(reranker, "name", type(reranker).__name__), pool=len(head), scored=len(scores),
+    info = RerankInfo(backend=getattr(reranker, "name", type(reranker).__name__), pool=len(head) + len(lane), scored=len(scores),
                       best=max(scores.values()) if scores else None, cpu_s=time.process_time() - c0,
-                      wall_s=time.perf_counter() - w0, scores=scores, pairs=pairs)
+                      wall_s=time.perf_counter() - w0, scores=scores, pairs=pairs, tables=tables)
     if not scores:
         return ranked, info
     by_id = {h.id: h for h in ranked}
