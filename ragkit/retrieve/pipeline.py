@@ -121,11 +121,11 @@ def retrieve(question: str, settings: "Session | Settings", docs: list[str] | No
         want = next((t for t in rinfo.tables if t not in have), None)
         if want is not None and floor is not None and rinfo.scores[want] < floor:
             want = None  # the best table left reads as off the question: no tokens spent on it
-        extra = next((h for h in cands if h.id == want), None) if want else None
-        if extra is not None:
-            hits = [_hit_of(c) for c in prompt.contexts] + [Hit(id=extra.id, text=extra.text, meta=extra.meta,
-                                                                   score=min((c.score for c in prompt.contexts), default=0.0))]
-            prompt = builder.build(asked, hits, doc_order=[d.doc_id for d in selected], context=context, reserve=context_reserve)
+        table = next((h for h in cands if h.id == want), None) if want else None
+        if table is not None:  # packed last: the first source dropped if the budget is short
+            last = min((c.score for c in prompt.contexts), default=0.0)
+            hits = [_hit_of(c) for c in prompt.contexts] + [Hit(id=table.id, text=table.text, meta=table.meta, score=last)]
+            prompt = builder.build(asked, hits, doc_order=[d.doc_id for d in selected], **extra)
     if several:
         have = {c.doc_id for c in prompt.contexts}
         missing = [d.name for d in selected if d.doc_id not in have]
