@@ -25,6 +25,7 @@ from ragkit.rerankers import (  # noqa: F401  (the backends' names, kept importa
     backend_of,
     load_reranker,
 )
+from ragkit.retrieve.rank import _leaf
 from ragkit.store import Hit
 
 # ---------------------------------------------------------------------- the stage
@@ -43,7 +44,7 @@ def fuse(order: list[str], scores: dict[str, float], weight: float, k: int = 60)
 def passage_text(h: Hit) -> str:
     """What the cross-encoder reads for a chunk: its clause heading (the leaf of its
     section path) before its text, as the embedder reads it, unless the text starts with it."""
-    leaf = (h.meta.get("section") or "").rsplit(" > ", 1)[-1].strip()
+    leaf = _leaf(h.meta.get("section"))
     return f"{leaf}\n{h.text}" if leaf and not h.text.lstrip().startswith(leaf) else h.text
 
 
@@ -70,7 +71,7 @@ def passage_units(h: Hit) -> list[str]:
     chunk's clause heading: what `retrieve.rerank_units` scores, the chunk taking its best."""
     from ragkit.retrieve.rank import units
 
-    leaf = (h.meta.get("section") or "").rsplit(" > ", 1)[-1].strip()
+    leaf = _leaf(h.meta.get("section"))
     return [f"{leaf}\n{u}" if leaf and not u.startswith(leaf) else u for u in (units(h.text) or [h.text])]
 
 
@@ -80,7 +81,7 @@ def table_digest(h: Hit) -> str:
     A statement table is mostly numbers the question does not name; its headings and row
     labels ("Total net sales", "Three Months Ended July 1, 2023") are what it is about, and
     the digest is one short pair where the rows would be dozens."""
-    leaf = (h.meta.get("section") or "").rsplit(" > ", 1)[-1].strip()
+    leaf = _leaf(h.meta.get("section"))
     rows = [ln.strip().strip("|").split("|") for ln in h.text.splitlines() if ln.strip().startswith("|")]
     rows = [[c.strip() for c in r] for r in rows if not set("".join(r)) <= set("-: ")]
     if not rows:
