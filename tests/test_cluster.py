@@ -314,6 +314,44 @@ def test_eval_run_on_the_cluster_with_an_actor_killed_records_each_question_once
     assert len((tmp_path / "cluster" / "answers.jsonl").read_text().splitlines()) == len(ref)
 
 
+def test_cli_eval_run_through_a_ray_client_address(ray_cluster, reference, tmp_path):
+    """`ragkit eval run SET --cluster ray://HOST:PORT` from a driver outside the cluster (every Ray
+    call through the head's Ray Client server): the same records and figures as a local run, exit
+    0, the report's JSON on stdout; a second run resumes with nothing left to ask."""
+    from ragkit.eval.run import STAGES, RunOptions, run_eval
+
+    settings, _, _ = reference
+    set_path = ROOT / "eval" / "sets" / "nda-demo.jsonl"
+    local = run_eval(RunOptions(set_path=set_path, out=tmp_path / "local", store=settings.store, retrieval_only=True, limit=3))
+    ragkit = [sys.executable, "-m", "ragkit.cli"] if not (Path(sys.executable).parent / "ragkit").exists() else [
+        str(Path(sys.executable).parent / "ragkit")]
+    cmd = ragkit + ["eval", "run", str(set_path), "--store", str(settings.store), "--retrieval-only", "--limit", "3",
+                    "--out", str(tmp_path / "client"), "--cluster", ray_cluster.client_address, "--json"]
+    env = dict(os.environ, RAGKIT_CLUSTER__EMBEDDERS="1")  # one answering actor: one retrieval load on 2 cores
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    actors: set[int] = set()  # the answering actors seen on the cluster while the command ran
+    while proc.poll() is None:
+        for p in _cluster_procs(ray_cluster):
+            try:
+                if " ".join(p.cmdline()).startswith("ray::_AnswerActor"):
+                    actors.add(p.pid)
+            except (psutil.AccessDenied, psutil.NoSuchProcess):
+                pass
+        time.sleep(0.2)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert actors, "no answering actor ran on the cluster"
+    got = json.loads(stdout)
+    read = lambda d: {r["id"]: {k: v for k, v in r.items() if k != "timings"}  # noqa: E731
+                      for r in (json.loads(x) for x in (d / "answers.jsonl").read_text().splitlines() if x.strip())}
+    assert read(tmp_path / "client") == read(tmp_path / "local") and len(read(tmp_path / "local")) == 3
+    timing = lambda m: {k: v for k, v in m.items() if not k.startswith(STAGES)}  # noqa: E731  (wall clock differs)
+    assert timing(got["metrics"]) == timing(local["metrics"])
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert again.returncode == 0 and "resuming: 3 of 3 already answered" in again.stderr, again.stderr[-2000:]
+    assert len((tmp_path / "client" / "answers.jsonl").read_text().splitlines()) == 3
+
+
 def test_eval_on_the_cluster_answers_through_an_engine_pool(ray_cluster, reference, tmp_path):
     """Two real `python -m llama_cpp.server` engines as the pool (cluster.engines): two answering
     actors, one per engine, each question answered and recorded once, both engines asked, and
