@@ -20,8 +20,11 @@ rule, not in the run:
 
 "as collected" is what `check_item` itself labelled, with the settings of the run.
 
-The thresholds are fitted on the tune NDAs and reported on the other NDAs (--tune), so
-the held-out figures are not fitted to themselves. The store is built (the 8 rendered
+The thresholds are fitted on the tune NDAs and reported on the other NDAs (--tune, or
+--split SEED: rendered8 plus half of the other dev NDAs, the whole dev set's way of choosing
+the defaults), so the held-out figures are not fitted to themselves. A record labelled by
+the checklist's words (its note: "Yes: the document says", "No: the document says", "Not
+mentioned: no sentence") keeps that label under every threshold, as in check_item. The store is built (the 8 rendered
 PDFs ingested) when it does not exist; records are appended to --cache and reused.
 """
 
@@ -121,6 +124,8 @@ def decide(rec: dict, score: str, calibrate: bool, z: float | None, cov: float |
         # in a sentence -> No; no sentence naming the item -> Not mentioned
         if (rec.get("note") or "").startswith("No: the document says"):
             return "Contradiction"
+        if (rec.get("note") or "").startswith("Yes: the document says"):
+            return "Entailment"
         if (rec.get("note") or "").startswith("Not mentioned: no sentence"):
             return "NotMentioned"
     ev = rec["evidence"] or {}
@@ -188,6 +193,21 @@ def steps(recs: list[dict], args) -> None:
             print(line(f"{part_name}: {name}", nli_scores(gold, [label(r, *rule) for r in part])))
 
 
+RENDERED8 = ("019", "020", "054", "411", "440", "478", "547", "575")  # the NDAs the checklist's words were written on
+
+
+def split_tune(recs: list[dict], seed: int) -> list[str]:
+    """The documents to tune on: the rendered8 NDAs (where the words were written) plus the
+    first half of the other NDAs, their ids (cnli-NNN-...) sorted and shuffled with `seed`."""
+    import random
+
+    nda = lambda r: r["id"].split("-")[1]  # noqa: E731
+    others = sorted({nda(r) for r in recs} - set(RENDERED8))
+    random.Random(seed).shuffle(others)
+    keep = set(RENDERED8) | set(others[: len(others) // 2])
+    return sorted({r["doc"] for r in recs if nda(r) in keep})
+
+
 def scores(recs: list[dict], **rule) -> dict:
     return nli_scores([r["gold"] for r in recs], [decide(r, **rule) for r in recs])
 
@@ -214,6 +234,9 @@ def main() -> None:
     ap.add_argument("--rule", nargs=4, type=float, default=None, metavar=("Z", "COVERAGE", "SUPPORT", "NO_MIN"),
                     help="also report this rule (compare.on_point_z, on_point_coverage, on_point_support, no_min_confidence)")
     ap.add_argument("--tune", nargs="*", default=list(TUNE), help="NDAs the thresholds are fitted on")
+    ap.add_argument("--split", type=int, default=None, metavar="SEED",
+                    help="tune on the 8 rendered NDAs plus half of the others (their ids sorted, shuffled with SEED); "
+                         "the other half is held out (replaces --tune)")
     ap.add_argument("--no-words", action="store_true",
                     help="collect without the checklist's terms and contrary wording (the rule before them)")
     ap.add_argument("--steps", action="store_true",
@@ -229,6 +252,8 @@ def main() -> None:
         recompute_evidence(recs, args)
     if args.steps:
         steps(recs, args)
+    if args.split is not None:
+        args.tune = split_tune(recs, args.split)
     model = {r["model"] for r in recs}
     tune = [r for r in recs if r["doc"] in args.tune]
     held = [r for r in recs if r["doc"] not in args.tune]
@@ -240,7 +265,7 @@ def main() -> None:
             print(line(name, nli_scores([r["gold"] for r in part], [NLI.get(r["label"], "Unclear") for r in part])))
     grid_z = [-9.0, 0.0, 0.5, 1.0]
     grid_c = [0.0, 0.1, 0.2]
-    grid_s = [0.0, 0.35, 0.4, 0.425, 0.45, 0.475, 0.5, 0.55]
+    grid_s = [0.0, 0.25, 0.3, 0.325, 0.35, 0.375, 0.4, 0.425, 0.45, 0.475, 0.5, 0.55]
     for name, part in (("tune", tune), ("held out", held), ("all", recs)):
         if not part:
             continue

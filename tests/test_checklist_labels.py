@@ -107,6 +107,27 @@ def test_wording_that_says_the_opposite_makes_the_label_no_and_is_the_quote(nda_
     assert f.page == 1 and "“business information”" in f.note
 
 
+def test_affirming_wording_answers_yes_prohibitions_answer_no_and_words_only_items(nda_store):
+    """The ContractNLI gold labels of the sample NDAs, on the real path. Sharing with third
+    parties (nda-7): Bonterms §5 "Recipient may disclose Confidential Information to its
+    employees, agents, advisors ..." is a Yes and its quote, though §3 also says "not
+    disclose ... to third parties" (one permission answers the item); cnli_dev_019 says
+    "shall not be disclosed to any Third Party" and grants nothing (gold: Contradiction).
+    Copies (nda-17, decided by its words only): cnli_dev_019 names copies only for a fax
+    copy of the agreement (gold: NotMentioned), so Not mentioned, with the reason."""
+    c = compare([BONTERMS, "cnli_dev_019.pdf"], nda_store, items=["nda-7", "nda-17"])
+    rows = {r.item.id: r for r in c.rows}
+    share = rows["nda-7"].findings
+    assert share[BONTERMS].label == "Yes", (share[BONTERMS].label, share[BONTERMS].note)
+    assert "may disclose" in share[BONTERMS].quote and "advisors" in share[BONTERMS].quote
+    assert share[BONTERMS].note.startswith("Yes: the document says")
+    assert share["cnli_dev_019.pdf"].label == "No", (share["cnli_dev_019.pdf"].label, share["cnli_dev_019.pdf"].quote)
+    assert "not be disclosed to any Third Party" in " ".join(share["cnli_dev_019.pdf"].quote.split())
+    copies = rows["nda-17"].findings["cnli_dev_019.pdf"]
+    assert copies.label == "Not mentioned" and copies.quote is None, (copies.label, copies.quote)
+    assert copies.note.startswith("Not mentioned: no sentence of the document says")
+
+
 def test_the_quote_is_a_sentence_that_names_the_item(nda_store):
     """Bonterms' duties list "(d) not remove proprietary markings ... or reverse engineer
     technology"; the quote for reverse engineering is that item, not another duty that
@@ -131,6 +152,21 @@ def test_checklist_terms_are_phrases_not_patterns(tmp_path):
     assert it.names_item("Licensee shall not decompile it") and not it.names_item("no such words")
     assert it.contrary_in("Licensee MAY DECOMPILE it") == "MAY DECOMPILE" and it.contrary_in("shall not decompile") is None
     assert ChecklistItem("y", "Y", "Q?").names_item("anything")  # an item without terms names nothing to look for
+    # "..." is up to 8 words of the same clause
+    gap = term_pattern(["disclos* ... only to"])
+    assert gap.search("shall disclose Confidential Information only to its advisers")
+    assert not gap.search("shall disclose it. The Agreement applies only to")  # not across a sentence
+    assert not gap.search("disclose one two three four five six seven eight nine only to")  # more than 8 words
+    share = ChecklistItem("s", "S", "Q?", "H.", terms=["third part*", "advis*"],
+                          affirm=["may disclose", "disclos* ... other than to"], contrary=["not ... disclos* ... to any third part*"])
+    assert share.affirm_in("The Recipient may disclose it to its advisers.") == "may disclose"
+    assert share.affirm_in("Neither party may disclose it to any third party.") is None  # negated before
+    assert share.affirm_in("The Recipient may not disclose it to its advisers.") is None
+    assert share.affirm_in("shall not disclose it to any third party, other than to its advisers") is not None  # the exception
+    assert share.contrary_in("shall not be disclosed to any Third Party;") == "not be disclosed to any Third Party"
+    assert share.contrary_in("shall not disclose it to any third party except to its advisers") is None
+    with pytest.raises(TypeError, match="words_only"):
+        ChecklistItem("w", "W", "Q?", "H.", terms=["copy"], words_only=True)  # nothing to decide by
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "bad"\n[[items]]\nid = "a"\ntitle = "A"\nquestion = "Q?"\nhypothesis = "H."\nterms = "solicit"\n')
     with pytest.raises(ConfigError, match="bad.toml is not valid.*terms must be a list"):

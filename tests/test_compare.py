@@ -146,12 +146,12 @@ def test_compare_two_templates_quotes_the_right_clauses(nda_store):
         # the question asks for the law and the courts: either sentence of the clause answers it
         assert ("Governing Law" in law.quote or "jurisdiction" in law.quote) and "Governing Law" in (law.section or "")
         for f in (keep, indep):
-            # a Yes/No label comes with its probability; two quotes that say the same and
-            # still split the model are shown as Uncertain (tests/test_checklist_labels.py)
-            assert f.label in YES_NO + ["Uncertain"]
-            # (a Yes can be shown under 50%: a No needs compare.no_min_confidence)
-            assert (f.confidence is None) == (f.label == "Uncertain") and (f.confidence is None or 0 < f.confidence <= 1)
-            assert f.evidence["support"] >= nda_store.compare.on_point_support  # on point: the model chose Yes or No
+            # compare.no_min_confidence unset (the default): the model never answers No, so an
+            # on-point quote without contrary wording is a Yes with no probability shown; the
+            # model's scores stay in the JSON
+            assert nda_store.compare.no_min_confidence is None
+            assert f.label == "Yes" and f.confidence is None and set(f.scores) == {"Yes", "No"}, (f.label, f.note)
+            assert f.evidence["support"] >= nda_store.compare.on_point_support  # on point
             assert f.prompt_tokens < 300  # clause mode: the label is scored on the quote alone
     # the term clauses differ in wording, and the difference names it
     assert "Term of Confidentiality" in rows["term"].difference or "words it differently" in rows["term"].difference
@@ -165,7 +165,8 @@ def test_document_mode_scores_labels_on_the_shared_document_prefix(nda_store):
     c = compare(doc, s, items=["nda-20", "nda-12"])
     first, second = (c.rows[i].findings[doc[0]] for i in range(2))
     assert first.prompt_tokens > 1500 and second.cached_tokens >= 0.9 * first.prompt_tokens  # one cached prefix
-    assert second.label in YES_NO and (second.confidence is not None or second.label == "Not mentioned")
+    assert second.label in YES_NO + ["Not mentioned"] and second.confidence is None  # no_min_confidence unset
+    assert second.label == "Not mentioned" or set(second.scores) == {"Yes", "No"}  # scored on the shared prefix
 
 
 def test_compare_flags_figures_with_the_shared_claims_check():

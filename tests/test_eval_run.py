@@ -286,7 +286,8 @@ def test_nli_items_are_scored_through_the_checklist(nda_store, tmp_path):
         # a cell shows a quote with its confidence, or (judged not on point: Not mentioned)
         # no quote and the closest passage beside it
         if q["text"]:
-            assert 0 < q["confidence"] <= 1
+            # compare.no_min_confidence unset: a Yes means "on point, no contrary wording", no probability
+            assert q["confidence"] is None and r["answer"] in ("Yes", "No")
         else:
             assert r["answer"] == "Not mentioned" and q["closest"]
     shown = recs["x-nda-4"]["quote"]["text"] or recs["x-nda-4"]["quote"]["closest"]

@@ -34,30 +34,56 @@ class ChecklistItem:
     # "all Confidential Information shall be marked"): a sentence of the document that
     # holds it makes the label No, and is the quote
     contrary: list[str] = field(default_factory=list)
+    # wording that says the hypothesis holds, for an item that asks whether something is
+    # allowed at all ("may disclose" against "may share some Confidential Information with
+    # third parties"): a sentence that names a term and holds it, not negated ("no party may
+    # disclose"), makes the label Yes, and is the quote; it is read before `contrary`, since
+    # one permission answers such an item whatever prohibitions the document also makes
+    affirm: list[str] = field(default_factory=list)
+    # only the words decide (an item that nearly every document touches in passing, "copies"
+    # in a return clause): affirm -> Yes, contrary -> No, anything else Not mentioned
+    words_only: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("terms", "contrary"):
+        for name in ("terms", "contrary", "affirm"):
             v = getattr(self, name)
             if not (isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v)):
                 raise TypeError(f"item {self.id!r}: {name} must be a list of non-empty strings")
+        if not isinstance(self.words_only, bool) or (self.words_only and not (self.affirm or self.contrary)):
+            raise TypeError(f"item {self.id!r}: words_only must be true or false, and true needs affirm or contrary words")
         self._terms = term_pattern(self.terms)
-        self._contrary = term_pattern(self.contrary)
+        self._contrary = [term_pattern([t]) for t in self.contrary] or None
+        self._affirm = [term_pattern([t]) for t in self.affirm] or None
 
     def names_item(self, text: str) -> bool:
         """Whether a sentence names one of the item's terms (True when it has none)."""
         return self._terms is None or bool(self._terms.search(text))
+
+    def affirm_in(self, text: str) -> str | None:
+        """The affirming wording the sentence holds, if any (`affirm_scope`)."""
+        return _shortest(self._affirm, text, affirm_scope)
 
     def contrary_in(self, text: str) -> str | None:
         """The contrary wording the sentence holds, if any, read in its scope
         (`contrary_scope`): a prohibition the same sentence makes an exception to ("shall
         not copy ... except as reasonably necessary") and wording the sentence excludes
         ("technical information only and excludes business plans") are not contrary."""
-        if self._contrary is None:
-            return None
-        for m in self._contrary.finditer(text):
-            if contrary_scope(text, m.start(), m.end()):
-                return m.group(0)
+        return _shortest(self._contrary, text, contrary_scope)
+
+
+def _shortest(patterns, text: str, in_scope) -> str | None:
+    """The shortest in-scope match of any of the phrases (each its own pattern, so a long
+    "means ... business" does not hide the "business information" inside it): the words
+    the note quotes."""
+    if not patterns:
         return None
+    best = None
+    for pat in patterns:
+        for m in pat.finditer(text):
+            if in_scope(text, m.start(), m.end()) and (best is None or len(m.group(0)) < len(best)):
+                best = m.group(0)
+                break
+    return best
 
 
 # negation and exception scope of a contrary phrase, inside its clause (up to ; or :)
@@ -84,21 +110,57 @@ def contrary_scope(text: str, start: int, end: int) -> bool:
     before = re.split(r"[;:.!?]\s", text[:start])[-1]
     after = re.split(r"(?<=[.!?])\s", text[end:], maxsplit=1)[0]
     if _NEGATION.search(phrase):
-        return not _EXCEPTION.search(after)
-    return not _EXCLUDES.search(_NOT_EXCLUDING.sub(" ", before[-80:]))
+        # the exception may also sit inside a phrase with a gap ("not disclose, except to its
+        # advisers, to any third party")
+        return not (_EXCEPTION.search(after) or _EXCEPTION.search(phrase))
+    # ... and the exclusion inside one ("means technical information only and excludes business")
+    return not _EXCLUDES.search(_NOT_EXCLUDING.sub(" ", before[-80:] + " " + phrase))
+
+
+def affirm_scope(text: str, start: int, end: int) -> bool:
+    """Whether the affirming phrase at text[start:end] says the item holds: not when the
+    phrase itself is negated ("may not disclose") or its clause negates it before it
+    ("neither party may disclose", "no Confidential Information may be disclosed"), unless
+    the phrase is the exception to that negation ("shall not disclose ... other than to",
+    "shall not copy ... except as")."""
+    phrase = text[start:end]
+    if _EXCEPTION.search(phrase) or re.search(r"\bonly\b", phrase, re.I):
+        return True
+    if _NEGATION.search(phrase):
+        return False
+    before = re.split(r"[;:.!?]\s", text[:start])[-1]
+    return not _NEGATION.search(_NOT_EXCLUDING.sub(" ", before[-60:]))
+
+
+# "..." inside a phrase: up to this many words between its two sides ("disclos* ... only to")
+GAP_WORDS = 8
 
 
 def term_pattern(terms: list[str]) -> "re.Pattern | None":
     """One case-insensitive pattern for a list of phrases: words match whole ("copy" does
     not match "copyright"), a trailing * any ending ("decompil*"), words apart by spaces
-    or hyphens ("reverse engineer*" matches "reverse-engineering"). Phrases, not regular
-    expressions: a checklist is written by lawyers."""
+    or hyphens ("reverse engineer*" matches "reverse-engineering"), "..." for up to
+    GAP_WORDS words in between, inside one clause ("disclos* ... only to"). Phrases, not
+    regular expressions: a checklist is written by lawyers."""
     if not terms:
         return None
     alts = []
     for t in terms:
-        words = [re.escape(w[:-1]) + r"\w*" if w.endswith("*") else re.escape(w) for w in t.split()]
-        alts.append(r"\b" + r"[\s\-]+".join(words) + r"\b")
+        parts = []
+        for w in t.split():
+            if w == "...":
+                parts.append(None)
+            else:
+                parts.append(re.escape(w[:-1]) + r"\w*" if w.endswith("*") else re.escape(w))
+        out = ""
+        for i, w in enumerate(parts):
+            if w is None:
+                continue
+            if i:
+                # between words: a space or hyphen, or after "..." a few words of the same clause
+                out += rf"(?:[\s\-]+[^\s;:.!?]+){{0,{GAP_WORDS}}}?[\s\-]+" if parts[i - 1] is None else r"[\s\-]+"
+            out += w
+        alts.append(r"\b" + out + r"\b")
     return re.compile("|".join(alts), re.IGNORECASE)
 
 def load_checklist(name_or_path: str) -> tuple[str, list[ChecklistItem]]:
@@ -110,7 +172,7 @@ def load_checklist(name_or_path: str) -> tuple[str, list[ChecklistItem]]:
         raise ConfigError(f"checklist {name_or_path!r} not found", hint=f"built in: {have}; or give a .toml path")
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
-        items = [ChecklistItem(**{k: v for k, v in it.items() if k in ("id", "title", "question", "hypothesis", "terms", "contrary")})
+        items = [ChecklistItem(**{k: v for k, v in it.items() if k in ("id", "title", "question", "hypothesis", "terms", "contrary", "affirm", "words_only")})
                  for it in data["items"]]
     except (tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
         raise ConfigError(f"checklist {p} is not valid: {exc}", hint="see prompts/checklists/nda.toml for the format") from None

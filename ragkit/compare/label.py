@@ -171,11 +171,20 @@ def check_item(doc: str, item: ChecklistItem, settings: Session | Settings) -> t
     page, section = (top.page_start, top.section) if top else (None, None)
     if item.hypothesis is not None and r.choice is not None and not r.abstained and cs.not_mentioned == "evidence":
         topical = [(u, h) for u, h in _document_sentences(r.prompt.contexts, settings) if item.names_item(u)] if item.terms else []
-        cue = next(((u, h, w) for u, h in topical if (w := item.contrary_in(u))), None) if item.contrary else None
+        # one permission answers an item that asks whether something is allowed at all: read first
+        yes = next(((u, h, w) for u, h in topical if (w := item.affirm_in(u))), None) if item.affirm else None
+        cue = next(((u, h, w) for u, h in topical if (w := item.contrary_in(u))), None) if item.contrary and not yes else None
     else:
-        topical, cue = [], None
+        topical, cue, yes = [], None, None
     if item.hypothesis is not None and r.choice is not None and not r.abstained:
-        if cue is not None:
+        if yes is not None:
+            # the document grants what the item asks in so many words ("may disclose ... to its
+            # attorneys"): Yes, and that sentence is the quote, whatever the model scored
+            label, quote, confidence, scores = "Yes", yes[0], None, {}
+            page, section = _where(yes[1])
+            note = f"Yes: the document says “{yes[2]}”"
+            ev = evidence(item, r.prompt.contexts, quote, settings)
+        elif cue is not None:
             # the document says the opposite in so many words ("whether or not marked"):
             # No, and that sentence is the quote, whatever the model scored
             label, quote, confidence, scores = "No", cue[0], None, {}
@@ -188,6 +197,12 @@ def check_item(doc: str, item: ChecklistItem, settings: Session | Settings) -> t
             label, closest, quote, top, confidence = "Not mentioned", quote, None, None, None
             page = section = None
             note = "Not mentioned: no sentence of the document names " + ", ".join(f"“{t}”" for t in item.terms[:4]) + (" …" if len(item.terms) > 4 else "")
+        elif cs.not_mentioned == "evidence" and item.words_only:
+            # an item only its words decide: neither its affirming nor its contrary wording is there
+            label, closest, quote, top, confidence = "Not mentioned", quote, None, None, None
+            page = section = None
+            said = [*item.affirm[:2], *item.contrary[:2]]
+            note = "Not mentioned: no sentence of the document says " + " or ".join(f"“{t}”" for t in said) + " or the like"
         elif cs.not_mentioned == "evidence" and not on_point(ev, cs):
             # no passage of the document is about the item: Not mentioned, whatever the
             # model says of the nearest one (it answers Yes or No about whatever it is shown)
@@ -197,8 +212,11 @@ def check_item(doc: str, item: ChecklistItem, settings: Session | Settings) -> t
             scores = dict(r.choice.logprobs)
             if cs.not_mentioned == "evidence":  # on point: the model chooses between Yes and No
                 scores = _renormalised({o: v for o, v in scores.items() if o != "Not mentioned"})
-                label = "No" if math.exp(scores["No"]) >= cs.no_min_confidence else "Yes"
-                confidence = round(math.exp(scores[label]), 3)
+                no_min = cs.no_min_confidence
+                label = "No" if no_min is not None and math.exp(scores["No"]) >= no_min else "Yes"
+                # without a No threshold the Yes says "on point, no contrary wording", not the
+                # model's probability (its scores stay in the JSON)
+                confidence = round(math.exp(scores[label]), 3) if no_min is not None else None
     finding = Finding(
         doc=r.prompt.contexts[0].doc,
         label=label,

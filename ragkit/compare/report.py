@@ -139,11 +139,15 @@ def same_substance(a: str, b: str, share: float = 0.6) -> bool:
     return bool(small) and len(small & big) / len(small) >= share
 
 
-def agree_on_same_quotes(row: Row, no_min: float = 0.5) -> None:
+def agree_on_same_quotes(row: Row, no_min: float | None = 0.5) -> None:
     """Labels that their quotes contradict never reach the page: where two documents'
     quotes say the same and their Yes/No labels differ, the label is decided once for
     both, on the two quotes' scores together (the sum of their log-probabilities), and
-    the cells say so; where even that is a near tie, they say Uncertain."""
+    the cells say so; where even that is a near tie, they say Uncertain. With `no_min`
+    None the model never answers No (only contrary wording does), so there is nothing to
+    reconcile."""
+    if no_min is None:
+        return
     scored = [(d, f) for d, f in row.findings.items() if f.quote and f.scores and f.label in ("Yes", "No")]
     for i, (d1, f1) in enumerate(scored):
         for d2, f2 in scored[i + 1:]:
