@@ -165,6 +165,8 @@ def test_checklist_terms_are_phrases_not_patterns(tmp_path):
     assert share.affirm_in("shall not disclose it to any third party, other than to its advisers") is not None  # the exception
     assert share.contrary_in("shall not be disclosed to any Third Party;") == "not be disclosed to any Third Party"
     assert share.contrary_in("shall not disclose it to any third party except to its advisers") is None
+    with pytest.raises(TypeError, match="cannot begin or end"):
+        ChecklistItem("g", "G", "Q?", "H.", terms=["copy"], affirm=["... only to"])
     with pytest.raises(TypeError, match="words_only"):
         ChecklistItem("w", "W", "Q?", "H.", terms=["copy"], words_only=True)  # nothing to decide by
     bad = tmp_path / "bad.toml"

@@ -49,6 +49,8 @@ class ChecklistItem:
             v = getattr(self, name)
             if not (isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v)):
                 raise TypeError(f"item {self.id!r}: {name} must be a list of non-empty strings")
+            if any(t.split()[0] == "..." or t.split()[-1] == "..." for t in v):
+                raise TypeError(f"item {self.id!r}: a phrase of {name} cannot begin or end with \"...\"")
         if not isinstance(self.words_only, bool) or (self.words_only and not (self.affirm or self.contrary)):
             raise TypeError(f"item {self.id!r}: words_only must be true or false, and true needs affirm or contrary words")
         self._terms = term_pattern(self.terms)
