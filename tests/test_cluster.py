@@ -50,6 +50,12 @@ def _cluster_procs(cluster) -> list[psutil.Process]:
     return cluster.processes()
 
 
+def _ragkit_cmd() -> list[str]:
+    """The installed `ragkit` command of this interpreter's environment (or `python -m ragkit.cli`)."""
+    exe = Path(sys.executable).parent / "ragkit"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "ragkit.cli"]
+
+
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory) -> Path:
     """The NDAs plus one file that cannot be read."""
@@ -232,8 +238,7 @@ def test_parse_worker_and_embedders_killed_mid_ingest_lose_and_duplicate_nothing
 def test_cli_cluster_json_exit_codes_and_an_unreachable_cluster(ray_cluster, batch, tmp_path):
     from ragkit.cluster.local import free_port
 
-    ragkit = [sys.executable, "-m", "ragkit.cli"] if not (Path(sys.executable).parent / "ragkit").exists() else [
-        str(Path(sys.executable).parent / "ragkit")]
+    ragkit = _ragkit_cmd()
     env = dict(os.environ)
     two = tmp_path / "two"
     two.mkdir()
@@ -323,14 +328,17 @@ def test_cli_eval_run_through_a_ray_client_address(ray_cluster, reference, tmp_p
     settings, _, _ = reference
     set_path = ROOT / "eval" / "sets" / "nda-demo.jsonl"
     local = run_eval(RunOptions(set_path=set_path, out=tmp_path / "local", store=settings.store, retrieval_only=True, limit=3))
-    ragkit = [sys.executable, "-m", "ragkit.cli"] if not (Path(sys.executable).parent / "ragkit").exists() else [
-        str(Path(sys.executable).parent / "ragkit")]
+    ragkit = _ragkit_cmd()
     cmd = ragkit + ["eval", "run", str(set_path), "--store", str(settings.store), "--retrieval-only", "--limit", "3",
                     "--out", str(tmp_path / "client"), "--cluster", ray_cluster.client_address, "--json"]
     env = dict(os.environ, RAGKIT_CLUSTER__EMBEDDERS="1")  # one answering actor: one retrieval load on 2 cores
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     actors: set[int] = set()  # the answering actors seen on the cluster while the command ran
+    deadline = time.monotonic() + 600
     while proc.poll() is None:
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("ragkit eval run --cluster ray://... did not end within 600 s")
         for p in _cluster_procs(ray_cluster):
             try:
                 if " ".join(p.cmdline()).startswith("ray::_AnswerActor"):

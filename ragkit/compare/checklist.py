@@ -77,15 +77,9 @@ def _shortest(patterns, text: str, in_scope) -> str | None:
     """The shortest in-scope match of any of the phrases (each its own pattern, so a long
     "means ... business" does not hide the "business information" inside it): the words
     the note quotes."""
-    if not patterns:
-        return None
-    best = None
-    for pat in patterns:
-        for m in pat.finditer(text):
-            if in_scope(text, m.start(), m.end()) and (best is None or len(m.group(0)) < len(best)):
-                best = m.group(0)
-                break
-    return best
+    found = [next((m.group(0) for m in pat.finditer(text) if in_scope(text, m.start(), m.end())), None)
+             for pat in patterns or []]
+    return min((f for f in found if f), key=len, default=None)
 
 
 # negation and exception scope of a contrary phrase, inside its clause (up to ; or :)
