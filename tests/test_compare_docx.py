@@ -226,3 +226,51 @@ def test_memo_renders_in_libreoffice(memo, tmp_path):
     assert img.width > img.height  # landscape
     dark = sum(img.histogram()[:128])  # pixels darker than mid-grey
     assert dark > 0.005 * img.width * img.height  # text on the page, not a blank one
+
+
+def test_a_quote_holding_control_characters_is_written_and_reopens():
+    """Ingest keeps a document's text as it is, so a quote can hold what XML forbids (a
+    PDF's form feed, a Word file's vertical tab, a NUL, pdfium's U+FFFE): python-docx
+    raised ValueError on it and no memo was written. The memo writes the quote with a
+    vertical tab or form feed read as a space and the rest dropped, and python-docx
+    reopens it."""
+    item = ChecklistItem("term", "Term\x01", "How long do the obligations last?")
+    quote = "This NDA lasts\x0btwo (2)\x0cyears\x00 from the\x1f Effective\ufffe Date."
+    f = Finding("a\x02.pdf", "Found", "two years\x07", quote, 2, "4 Term\x1b", None,
+                note="the answer names\x08 12 months")
+    c = Comparison("nda", ["a\x02.pdf"], [Row(item, {"a\x02.pdf": f})], {"a\x02.pdf": 120}, 3.2, 106.0)
+    buf = io.BytesIO()
+    to_docx(c, buf, checklist_name="firm\x03 list", today=date(2024, 3, 5))
+    d = Document(io.BytesIO(buf.getvalue()))
+    cell = d.tables[0].rows[1].cells[1]
+    assert "“This NDA lasts two (2) years from the Effective Date.”" in cell.text
+    assert "(p. 2, § 4 Term)" in cell.text and "⚠ the answer names 12 months" in cell.text
+    assert d.tables[0].rows[1].cells[0].text.startswith("Term\n")
+    assert d.paragraphs[0].text == "Clause comparison: a.pdf" and "Checklist: firm list" in d.paragraphs[1].text
+    assert d.core_properties.title == "Clause comparison: a.pdf"
+    every = "".join(p.text for p in d.paragraphs) + "".join(cl.text for row in d.tables[0].rows for cl in row.cells)
+    assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]", every)
+
+
+def test_the_command_writes_a_memo_of_a_document_holding_a_control_character(tmp_path):
+    """The real path: a text file whose governing-law sentence holds a control character
+    (U+0001, which ingest keeps: a vertical tab or form feed it reads as whitespace)
+    ingested into a real store, and `ragkit compare --format docx` over it with the real
+    model. The command wrote no memo (ValueError from python-docx); now it does, and the
+    quote reads as the sentence without the character."""
+    from conftest import make_settings
+
+    from ragkit.ingest import ingest
+
+    doc = tmp_path / "control-chars-nda.txt"
+    doc.write_text("Mutual Non-Disclosure Agreement\n\n1. Governing Law. This Agreement is governed by the laws of "
+                   "the State of New York without regard to its conflict of laws\x01 principles, and the courts of "
+                   "New York County have exclusive jurisdiction.\n\n2. Term. This Agreement lasts two (2) years.\n")
+    settings = make_settings(tmp_path / "store")
+    assert ingest([doc], settings).failed == []
+    out = tmp_path / "memo.docx"
+    res = CliRunner().invoke(app, ["compare", doc.name, "--items", "governing-law", "--store", str(settings.store),
+                                   "--format", "docx", "--out", str(out)], env=SMALL)
+    assert res.exit_code == 0, res.output
+    cell = Document(str(out)).tables[0].rows[1].cells[1]
+    assert "conflict of laws principles" in cell.text and "\x01" not in cell.text, cell.text

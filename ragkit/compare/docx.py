@@ -10,6 +10,7 @@ marked ⚠ on an amber cell), and the difference. The cost line closes the memo.
 
 from __future__ import annotations
 
+import re
 from datetime import date
 from typing import IO
 
@@ -29,6 +30,18 @@ GREY = "6B6B6B"
 PAGE_W_IN, PAGE_H_IN, MARGIN_IN = 11.0, 8.5, 0.5
 CLAUSE_IN, DIFF_IN = 1.7, 1.9
 FONT = "Calibri"  # Word's own; LibreOffice substitutes Carlito (same metrics) or its sans
+
+
+# what XML 1.0 cannot hold (python-docx refuses it with ValueError): the C0 controls but tab,
+# newline and carriage return, lone surrogates, U+FFFE and U+FFFF. Ingest keeps a document's
+# text as it is, so a quote can carry a PDF's form feed or a Word file's vertical tab.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(text: str) -> str:
+    """`text` as a Word document can hold it: a vertical tab or form feed (a line or page
+    break in the source) becomes a space, any other character XML forbids is dropped."""
+    return _NOT_XML.sub(lambda m: " " if m.group(0) in "\x0b\x0c" else "", text)
 
 
 def _names(docs: list[str]) -> str:
@@ -93,7 +106,7 @@ def _para(cell, first: bool):
 def _run(p, text: str, *, bold: bool = False, italic: bool = False, color: str | None = None, size: float | None = None):
     from docx.shared import Pt, RGBColor
 
-    r = p.add_run(text)
+    r = p.add_run(_xml_text(text))  # every text of the memo enters it here
     r.bold = bold or None
     r.italic = italic or None
     if color:
@@ -178,9 +191,9 @@ def to_docx(result: Comparison, path_or_stream: "str | IO[bytes]", *, checklist_
     normal.paragraph_format.space_after = Pt(4)
 
     title = f"Clause comparison: {_names(result.docs)}"
-    doc.core_properties.title = title
-    doc.core_properties.subject = f"checklist {checklist_name}"
-    doc.add_heading(title, level=1)
+    doc.core_properties.title = _xml_text(title)
+    doc.core_properties.subject = _xml_text(f"checklist {checklist_name}")
+    _run(doc.add_heading("", level=1), title)
     p = doc.add_paragraph()
     _run(p, _long_date(today), bold=True)
     _run(p, f" · Checklist: {checklist_name} · {len(result.rows)} item{'s' if len(result.rows) != 1 else ''}")
@@ -192,7 +205,7 @@ def to_docx(result: Comparison, path_or_stream: "str | IO[bytes]", *, checklist_
     foot = sec.footer.paragraphs[0]
     foot.style = footer
     foot.alignment = WD_ALIGN_PARAGRAPH.RIGHT
-    foot.add_run(f"{title} · {_long_date(today)} · page ")
+    _run(foot, f"{title} · {_long_date(today)} · page ")
     _page_field(foot.add_run())
 
     n = len(result.docs)
