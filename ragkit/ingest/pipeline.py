@@ -165,119 +165,188 @@ def ingest(
     t_start = time.perf_counter()
     files, failed = discover(paths)
     report = IngestReport(failed=list(failed))
-    tm = {"hash_s": 0.0, "parse_s": 0.0, "wait_parse_s": 0.0, "lookup_s": 0.0, "embed_s": 0.0, "store_s": 0.0, "index_s": 0.0}
-    report.timings = tm
-    for f in failed:
-        emit("failed", f)
+    timings = report.timings = {"hash_s": 0.0, "parse_s": 0.0, "wait_parse_s": 0.0, "lookup_s": 0.0, "embed_s": 0.0,
+                                "store_s": 0.0, "index_s": 0.0}
+    for item in failed:
+        emit("failed", item)
     embedder = embedder or load_embedder(settings)
     ident = embcache.identity(embedder)
     chunking = chunking_key(settings, embedder)
     with StoreWriter(settings, wait_s) as writer:
-        t0 = time.perf_counter()
-        store = open_store(settings, embedder, create=True)
-        store.guard = writer.check  # a writer that lost the server lease stops before its next write
-        store.gc()  # finish what an interrupted run left behind
-        existing = {r.key: r for r in store.documents()}
-        tm["store_s"] += time.perf_counter() - t0
+        store, existing = _open_for_writing(settings, embedder, writer, timings)
         emit("start", {"files": len(files)})
-
-        # 1. hash every file: unchanged ones are skipped without being parsed
-        plan: list[tuple] = []  # (path, key, sha | None, stat, old, error | None)
-        t0 = time.perf_counter()
-        for path in files:
-            key = str(path)
-            old = existing.get(key)
-            try:
-                st = _stat_key(path)
-                sha = _hash_file(path)
-            except DocumentError as exc:
-                plan.append((path, key, None, None, old, exc.reason))
-                continue
-            if old is not None and old.doc_id == doc_id_for(sha, chunking) and store.has_chunks(old.doc_id) == old.n_chunks:
-                plan.append((path, key, sha, st, old, "unchanged"))
-            else:
-                plan.append((path, key, sha, st, old, None))
-        tm["hash_s"] += time.perf_counter() - t0
-        to_parse = [p[1] for p in plan if p[5] is None]
-        sizes = {p[1]: (p[3][0] if p[3] else 0) for p in plan if p[5] is None}
-        workers = 0
-        if parsers is not None:
-            workers = getattr(parsers, "workers", 0)  # the factory says how many it runs
-        elif overlap and to_parse:
-            workers = min(settings.ingest.workers or auto_workers(), len(to_parse))
-        report.workers = workers
+        plan = _hash_files(files, existing, store, chunking, timings)  # 1. unchanged files are skipped unparsed
+        to_parse = [entry[1] for entry in plan if entry[5] is None]
+        sizes = {entry[1]: (entry[3][0] if entry[3] else 0) for entry in plan if entry[5] is None}
+        workers = report.workers = _worker_count(settings, parsers, overlap, len(to_parse))
         emit("plan", {"parse": len(to_parse), "bytes": sum(sizes.values()), "workers": workers})
-
-        def parse_done(path: str, res: tuple) -> None:
-            ok = res[0] == "ok"
-            if ok:
-                tm["parse_s"] += res[4]
-                report.pages += res[3] or 0
-                for k, v in res[5].items():
-                    tm[f"loader_{k}"] = tm.get(f"loader_{k}", 0) + v
-            emit("parse_done", {"path": path, "pages": (res[3] or 0) if ok else 0,
-                                "chunks": len(res[1]) if ok else 0, "bytes": sizes.get(path, 0)})
-
-        make_parsers = parsers
-        parsers = make_parsers(settings, parse_done) if make_parsers is not None else _Parsers(settings, workers, parse_done)
-        if getattr(parsers, "embedder", ...) is None:
-            parsers.embedder = embedder  # files parsed here count tokens with the embedder of this ingest
+        pool = _start_parsers(settings, parsers, workers, embedder, _parse_recorder(report, sizes, emit))
+        job = _Job(settings, embedder, ident, chunking, store, existing, pool, report, emit)
         if lookahead is None:
             lookahead = settings.ingest.lookahead
-        ahead = Lookahead(embedder, ident, store, parsers, report, emit) if lookahead and len(to_parse) > 1 else None
-        todo_at = [i for i, p in enumerate(plan) if p[5] is None]  # plan indices of the files to parse, in order
+        if lookahead and len(to_parse) > 1:
+            job.ahead = Lookahead(embedder, ident, store, pool, report, emit)
         try:
-            parsers.plan(to_parse)
-            for i, (path, key, sha, st, old, state) in enumerate(plan):
-                if state == "unchanged":
-                    report.unchanged += 1
-                    report.files.append({"path": key, "status": "unchanged", "chunks": old.n_chunks})
-                    emit("file", {"path": key, "status": "unchanged"})
-                    continue
-                try:
-                    if state is not None:
-                        raise DocumentError(key, state)
-                    if ahead is None:
-                        _ingest_one(path, key, sha, st, old, store, settings, embedder, ident, parsers, report, existing,
-                                    emit, chunking)
-                        continue
-                    if key not in ahead.ready:
-                        ahead.take_up((path, key, sha, st, old), chunking)
-                    k = bisect.bisect_right(todo_at, i)  # the next file to parse after this one
-                    if k < len(todo_at):  # its texts go to the embedder before this file's writes
-                        ahead.take_up(plan[todo_at[k]][:5], chunking)
-                    ahead.write(key, existing)
-                except DocumentError as exc:
-                    item = {"path": key, "error": exc.reason}
-                    report.failed.append(item)
-                    emit("failed", item)
-                except (KeyboardInterrupt, SystemExit, StoreError):
-                    raise  # the store itself failed (a full disk, a lost lease): the batch stops, exit 4 or 5
-                except Exception as exc:  # a bug or a library failure on one file must not stop the batch
-                    item = {"path": key, "error": _error_reason(exc)}
-                    report.failed.append(item)
-                    emit("failed", item)
-                    if os.environ.get("RAGKIT_DEBUG"):
-                        traceback.print_exc()
-            parsers.close()
+            pool.plan(to_parse)
+            _write_files(plan, job)  # 2. parse, embed, write and commit each file, in plan order
+            pool.close()
         except BaseException:
-            parsers.close(kill=True)  # Ctrl-C or a store error: end the workers now
+            pool.close(kill=True)  # Ctrl-C or a store error: end the workers now
             raise
         finally:
-            if ahead is not None:
-                ahead.close()
+            if job.ahead is not None:
+                job.ahead.close()
         if prune:
-            wanted = {str(p) for p in files}
-            for rec in list(existing.values()):
-                if rec.key not in wanted and not Path(rec.key).exists():
-                    store.remove_document(rec.key)
-                    report.removed += 1
-                    emit("pruned", {"path": rec.key})
+            _prune_missing(files, existing, store, report, emit)
         t0 = time.perf_counter()
         sync_lexical_index(store, settings)
-        tm["index_s"] += time.perf_counter() - t0
-    tm["wall_s"] = time.perf_counter() - t_start
+        timings["index_s"] += time.perf_counter() - t0
+    timings["wall_s"] = time.perf_counter() - t_start
     return report
+
+
+@dataclass
+class _Job:
+    """What every file's write shares: the settings and embedder of this ingest, the store
+    it writes to, the records it started with, the parse pool, the report and the events."""
+
+    settings: Settings
+    embedder: Embedder
+    ident: str  # the embedder's identity in the embedding cache (embcache.identity)
+    chunking: str  # chunking_key: part of every document id
+    store: ChromaStore
+    existing: dict  # key -> the document record the store held when the job started
+    parsers: object  # the parse pool: plan, result, drain, close
+    report: IngestReport
+    emit: Callable[[str, dict], None]
+    ahead: Lookahead | None = None  # the next file's texts embedded while this one is written
+
+
+def _open_for_writing(settings: Settings, embedder: Embedder, writer: StoreWriter, timings: dict) -> tuple:
+    """The store under this writer's lease, tidied after an interrupted run, and its document records by key."""
+    t0 = time.perf_counter()
+    store = open_store(settings, embedder, create=True)
+    store.guard = writer.check  # a writer that lost the server lease stops before its next write
+    store.gc()  # finish what an interrupted run left behind
+    existing = {rec.key: rec for rec in store.documents()}
+    timings["store_s"] += time.perf_counter() - t0
+    return store, existing
+
+
+def _hash_files(files: list[Path], existing: dict, store: ChromaStore, chunking: str, timings: dict) -> list[tuple]:
+    """One plan entry per file, (path, key, sha | None, stat, old record, state): state is
+    None for a file to parse, "unchanged" for one stored as it is, or why it cannot be read."""
+    plan: list[tuple] = []
+    t0 = time.perf_counter()
+    for path in files:
+        key = str(path)
+        old = existing.get(key)
+        try:
+            st = _stat_key(path)
+            sha = _hash_file(path)
+        except DocumentError as exc:
+            plan.append((path, key, None, None, old, exc.reason))
+            continue
+        if old is not None and old.doc_id == doc_id_for(sha, chunking) and store.has_chunks(old.doc_id) == old.n_chunks:
+            plan.append((path, key, sha, st, old, "unchanged"))
+        else:
+            plan.append((path, key, sha, st, old, None))
+    timings["hash_s"] += time.perf_counter() - t0
+    return plan
+
+
+def _worker_count(settings: Settings, make_parsers: Callable | None, overlap: bool, n_to_parse: int) -> int:
+    """Parse processes this job runs: the factory's own count, else `ingest.workers`
+    (or one per core) up to the files to parse, or 0 when parsing in this process."""
+    if make_parsers is not None:
+        return getattr(make_parsers, "workers", 0)  # the factory says how many it runs
+    if overlap and n_to_parse:
+        return min(settings.ingest.workers or auto_workers(), n_to_parse)
+    return 0
+
+
+def _parse_recorder(report: IngestReport, sizes: dict, emit: Callable[[str, dict], None]) -> Callable[[str, tuple], None]:
+    """The parse pool's on_done: a finished parse's time, pages and loader counts go to the
+    report, and its "parse_done" event is sent (`sizes`: bytes by key)."""
+    timings = report.timings
+
+    def parse_done(path: str, res: tuple) -> None:
+        ok = res[0] == "ok"
+        if ok:
+            timings["parse_s"] += res[4]
+            report.pages += res[3] or 0
+            for name, seconds in res[5].items():
+                timings[f"loader_{name}"] = timings.get(f"loader_{name}", 0) + seconds
+        emit("parse_done", {"path": path, "pages": (res[3] or 0) if ok else 0,
+                            "chunks": len(res[1]) if ok else 0, "bytes": sizes.get(path, 0)})
+
+    return parse_done
+
+
+def _start_parsers(settings: Settings, make_parsers: Callable | None, workers: int, embedder: Embedder,
+                   on_done: Callable[[str, tuple], None]):
+    """The parse pool: the caller's factory's, or `workers` processes of `_parse_one`."""
+    pool = make_parsers(settings, on_done) if make_parsers is not None else _Parsers(settings, workers, on_done)
+    if getattr(pool, "embedder", ...) is None:
+        pool.embedder = embedder  # files parsed here count tokens with the embedder of this ingest
+    return pool
+
+
+def _write_files(plan: list[tuple], job: _Job) -> None:
+    """Each planned file in order: unchanged ones counted, the others written and committed;
+    a file that fails is reported and the batch goes on, a store failure stops it."""
+    todo_at = [i for i, entry in enumerate(plan) if entry[5] is None]  # plan indices of the files to parse, in order
+    for i, (path, key, sha, st, old, state) in enumerate(plan):
+        if state == "unchanged":
+            job.report.unchanged += 1
+            job.report.files.append({"path": key, "status": "unchanged", "chunks": old.n_chunks})
+            job.emit("file", {"path": key, "status": "unchanged"})
+            continue
+        try:
+            if state is not None:
+                raise DocumentError(key, state)
+            if job.ahead is None:
+                _ingest_one(path, key, sha, st, old, job.store, job.settings, job.embedder, job.ident, job.parsers,
+                            job.report, job.existing, job.emit, job.chunking)
+            else:
+                _write_ahead(plan, todo_at, i, job)
+        except DocumentError as exc:
+            _record_failure(job, key, exc.reason)
+        except (KeyboardInterrupt, SystemExit, StoreError):
+            raise  # the store itself failed (a full disk, a lost lease): the batch stops, exit 4 or 5
+        except Exception as exc:  # a bug or a library failure on one file must not stop the batch
+            _record_failure(job, key, _error_reason(exc))
+            if os.environ.get("RAGKIT_DEBUG"):
+                traceback.print_exc()
+
+
+def _write_ahead(plan: list[tuple], todo_at: list[int], i: int, job: _Job) -> None:
+    """Plan entry `i` written through the lookahead, once the next file to parse after it
+    (`todo_at`: the plan indices of the files to parse) has gone to the embedder."""
+    key = plan[i][1]
+    if key not in job.ahead.ready:
+        job.ahead.take_up(plan[i][:5], job.chunking)
+    k = bisect.bisect_right(todo_at, i)  # the next file to parse after this one
+    if k < len(todo_at):  # its texts go to the embedder before this file's writes
+        job.ahead.take_up(plan[todo_at[k]][:5], job.chunking)
+    job.ahead.write(key, job.existing)
+
+
+def _record_failure(job: _Job, key: str, reason: str) -> None:
+    item = {"path": key, "error": reason}
+    job.report.failed.append(item)
+    job.emit("failed", item)
+
+
+def _prune_missing(files: list[Path], existing: dict, store: ChromaStore, report: IngestReport,
+                   emit: Callable[[str, dict], None]) -> None:
+    """Documents whose file is neither in this ingest nor on disk any more are removed."""
+    wanted = {str(p) for p in files}
+    for rec in list(existing.values()):
+        if rec.key not in wanted and not Path(rec.key).exists():
+            store.remove_document(rec.key)
+            report.removed += 1
+            emit("pruned", {"path": rec.key})
 
 
 def sync_lexical_index(store: ChromaStore, settings: Settings) -> None:
