@@ -303,6 +303,42 @@ def test_page_resources_hold_the_text_of_that_page(stdio, listed):
     assert structured(stdio.call("documents"))["documents"]  # still serving
 
 
+def test_a_page_resource_reads_a_breakable_hyphen_as_ingest_does(tmp_path):
+    """Page 7 of a real CUAD filing (ENERGOUS, copied to a one-page PDF with pypdf, its
+    text layer unchanged): pdfium gives U+FFFE for the breakable hyphen of
+    "non-transferable", which ingest stores as "-". The page resource
+    (`RagkitTools.page_text`, what `ragkit://doc/{id}/page/{n}` returns, through the page
+    renderer process) returned the U+FFFE; it reads the page with ingest's own function
+    (ragkit.ingest.loaders.pdfium_text), so it holds the stored chunk's words."""
+    import pypdf
+    import pypdfium2 as pdfium
+    from conftest import SHARED, make_settings
+
+    from ragkit.ingest import ingest
+    from ragkit.serve.mcp_tools import RagkitTools
+    from ragkit.serve.state import ServeState
+
+    src = next((SHARED / "cuad-10" / "pdf").glob("ENERGOUSCORP*"))
+    pdf = tmp_path / "energous-page-7.pdf"
+    writer = pypdf.PdfWriter()
+    writer.add_page(pypdf.PdfReader(src).pages[6])
+    writer.write(pdf)
+    doc = pdfium.PdfDocument(str(pdf))
+    try:
+        assert "non\ufffetransferable" in doc[0].get_textpage().get_text_range()  # what pdfium gives
+    finally:
+        doc.close()
+    settings = make_settings(tmp_path / "store")
+    assert ingest([pdf], settings).failed == []
+    tools = RagkitTools(ServeState(settings))
+    (rec,) = tools.records()
+    page = tools.page_text(rec.doc_id, 1)
+    stored = " ".join(h.text for h in tools.state.store().chunks([rec.doc_id]))
+    assert "\ufffe" not in page and "\ufffe" not in stored
+    assert "non-transferable" in page.replace("\xa0", " ") and "non-transferable" in stored.replace("\xa0", " ")
+    assert "non-transferable" in tools.document_text(rec.doc_id).replace("\xa0", " ")
+
+
 # ---------------------------------------------------------------------- streamable HTTP
 
 

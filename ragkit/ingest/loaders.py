@@ -264,6 +264,14 @@ def _drop_page_furniture(lines: list[str], page_no: int, *, head: bool = True, t
 STATS: dict[str, float] = {"pdf_pages": 0, "pdf_text_s": 0.0, "table_s": 0.0, "tables": 0, "ocr_pages": 0, "ocr_s": 0.0}
 
 
+def pdfium_text(textpage) -> str:
+    """A page's text as ingest stores it, from its pdfium text page: pdfium writes U+FFFE
+    for a hyphen the PDF marks as breakable (between "non" and "transferable" in CUAD's
+    filings), a noncharacter no reader, matcher or spreadsheet accepts: read here as "-".
+    Whatever shows a page's text beside the stored chunks (the MCP page resource) reads it so."""
+    return textpage.get_text_range().replace("\ufffe", "-")
+
+
 def _load_pdf_pdfium(path: Path, *, max_pages: int, ocr_lang: str = "eng", tables: bool = True) -> list[Block]:
     import time
 
@@ -292,9 +300,7 @@ def _load_pdf_pdfium(path: Path, *, max_pages: int, ocr_lang: str = "eng", table
             try:
                 t0 = time.perf_counter()
                 tp = page.get_textpage()
-                # pdfium writes U+FFFE for a hyphen the PDF marks as breakable ("non\ufffetransferable"
-                # in CUAD's filings): a noncharacter no reader, matcher or spreadsheet accepts
-                text = tp.get_text_range().replace("\ufffe", "-")
+                text = pdfium_text(tp)
                 t1 = time.perf_counter()
                 found = []
                 if tables and text.strip():

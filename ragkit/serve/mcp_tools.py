@@ -114,6 +114,7 @@ def stored_pdf_pages(sources: list[tuple[str, str, str]], pages: list[int] | Non
     sha256, name: the store records of one document id) whose file still holds the
     ingested content; `pages` None: every page. Raises SourceUnavailable (file gone or
     changed) or PageOutOfRange. Runs in the page renderer process."""
+    from ragkit.ingest.loaders import pdfium_text
     from ragkit.serve.highlight import PDFIUM_LOCK, PageOutOfRange, SourceUnavailable, open_pdf, read_verified
 
     first: SourceUnavailable | None = None
@@ -137,7 +138,7 @@ def stored_pdf_pages(sources: list[tuple[str, str, str]], pages: list[int] | Non
                     try:
                         tp = page.get_textpage()
                         try:
-                            text = tp.get_text_range()  # what ingest reads (ragkit.ingest.loaders)
+                            text = pdfium_text(tp)  # what ingest reads, its U+FFFE read as "-"
                         finally:
                             tp.close()
                     finally:
@@ -268,7 +269,7 @@ class RagkitTools:
         also carries `doc_id`, `page_end` (as `ragkit serve` gives them) and `uri`, the
         page resource that shows it."""
         from ragkit.answer.ask import ask as run_ask
-        from ragkit.serve.app import citation_json
+        from ragkit.serve.answers import citation_json
 
         q = (question or "").strip()
         if not q:
