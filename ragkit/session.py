@@ -43,6 +43,12 @@ def settings_of(x: "Session | Settings") -> "Settings":
     return x.settings if isinstance(x, Session) else x
 
 
+# what makes two cross-encoders the same (with cache_dir); rerank_pool, its weight and the
+# table lane only say how much of the ranking it scores
+RERANKER_FIELDS = ("rerank", "rerank_model", "reranker", "rerank_threads", "rerank_base_url", "rerank_remote_model",
+                   "rerank_api_key", "rerank_timeout_s")
+
+
 def _same(a, b, *fields: str) -> bool:
     return all(getattr(a, f) == getattr(b, f) for f in fields)
 
@@ -57,7 +63,10 @@ class Session:
         self._generator = generator
         self._store = store
         self._tokenizer = None
-        self._reranker: Any = ...  # ... = not loaded yet (None = rerank is off)
+        self._owns_generator = generator is not None  # close() frees only a generator not another session's
+        self._reranker: Any = ...  # the cross-encoder: ... = not loaded yet, None = retrieve.rerank is off
+        # a variant's parts that are its parent's (with_settings): part name -> the parent, which loads it
+        self._parent: dict[str, Session] = {}
         self._memos: dict[str, dict] = {}
         self._lock = threading.RLock()
 
@@ -72,15 +81,19 @@ class Session:
     def embedder(self):
         with self._lock:
             if self._embedder is None:
-                from ragkit.embed import load_embedder
-                from ragkit.embed.memo import MemoEmbedder
+                if "embedder" in self._parent:
+                    self._embedder = self._parent["embedder"].embedder
+                else:
+                    from ragkit.embed import load_embedder
+                    from ragkit.embed.memo import MemoEmbedder
 
-                self._embedder = MemoEmbedder(load_embedder(self.settings))
+                    self._embedder = MemoEmbedder(load_embedder(self.settings))
             return self._embedder
 
     @property
     def has_embedder(self) -> bool:
-        return self._embedder is not None
+        parent = self._parent.get("embedder")
+        return self._embedder is not None or (parent is not None and parent.has_embedder)
 
     @property
     def store(self):
@@ -88,9 +101,12 @@ class Session:
         A failure is not kept: the next use tries again."""
         with self._lock:
             if self._store is None:
-                from ragkit.store import open_store
+                if "store" in self._parent:
+                    self._store = self._parent["store"].store
+                else:
+                    from ragkit.store import open_store
 
-                self._store = open_store(self.settings, self.embedder, create=False)
+                    self._store = open_store(self.settings, self.embedder, create=False)
             return self._store
 
     def reopen_store(self) -> None:
@@ -101,13 +117,24 @@ class Session:
 
     @property
     def reranker(self):
-        """The cross-encoder of `retrieve.rerank`, or None when it is off (its pinned files are
-        checked when it loads: a mismatch is ModelNotFound)."""
+        """The cross-encoder of `retrieve.rerank`, or None when it is off or
+        `retrieve.rerank_pool` is 0 (its pinned files are checked when it loads: a mismatch
+        is ModelNotFound)."""
+        if self.settings.retrieve.rerank_pool <= 0:
+            return None
+        return self._cross_encoder()
+
+    def _cross_encoder(self):
+        """The cross-encoder of this session's reranker settings, whatever its pool (a parent
+        that reranks nothing still loads it for a variant that does)."""
         with self._lock:
             if self._reranker is ...:
-                from ragkit.rerankers import load_reranker
+                if "reranker" in self._parent:
+                    self._reranker = self._parent["reranker"]._cross_encoder()
+                else:
+                    from ragkit.rerankers import load_reranker
 
-                self._reranker = load_reranker(self.settings) if self.settings.retrieve.rerank_pool > 0 else None
+                    self._reranker = load_reranker(self.settings)
             return self._reranker
 
     @property
@@ -115,13 +142,18 @@ class Session:
         """The generator, after `doctor`'s fit check where a plan could thrash the disk."""
         with self._lock:
             if self._generator is None:
-                self._generator = load_checked_generator(self.settings)
+                if "generator" in self._parent:
+                    self._generator = self._parent["generator"].generator
+                else:
+                    self._generator = load_checked_generator(self.settings)
+                    self._owns_generator = True
                 self._tokenizer = None
             return self._generator
 
     @property
     def has_generator(self) -> bool:
-        return self._generator is not None
+        parent = self._parent.get("generator")
+        return self._generator is not None or (parent is not None and parent.has_generator)
 
     @property
     def tokenizer(self):
@@ -130,6 +162,8 @@ class Session:
             if self._generator is not None:
                 return self._generator
             if self._tokenizer is None:
+                if "tokenizer" in self._parent:
+                    return self._parent["tokenizer"].tokenizer  # the parent's model once it loads
                 from ragkit.generate import load_generator
 
                 self._tokenizer = load_generator(self.settings, vocab_only=True)
@@ -145,34 +179,38 @@ class Session:
 
     def with_settings(self, settings: "Settings") -> "Session":
         """A Session for `settings` (a request's own top_k, budget ...) that shares every part
-        whose settings did not change: the same embedder, store, reranker and generator."""
+        whose settings did not change: the embedder, store, reranker, generator and
+        tokenizer are this session's, loaded here (once, for every variant) when a variant
+        first needs one that is not loaded yet. The reranker is shared whatever either's
+        `retrieve.rerank_pool` (a variant with pool 0 uses none, one with a pool uses it).
+        A variant's `close()` frees only what it loaded itself."""
         if settings is self.settings:
             return self
         old = self.settings
         s = Session(settings)
-        same_embed = _same(old, settings, "embed", "cache_dir")
-        if same_embed:
-            s._embedder = self._embedder
+        same_cache = old.cache_dir == settings.cache_dir
+        if _same(old, settings, "embed") and same_cache:
+            s._parent["embedder"] = self
             if _same(old, settings, "store", "store_url", "collection"):
-                s._store = self._store
+                s._parent["store"] = self
                 s._memos = self._memos
-        if old.generator == settings.generator and old.cache_dir == settings.cache_dir:
-            s._generator, s._tokenizer = self._generator, self._tokenizer
+        if old.generator == settings.generator and same_cache:
+            s._parent["generator"] = s._parent["tokenizer"] = self
         elif old.generator.model_copy(update={"n_ctx": 0, "max_tokens": 0}) == \
-                settings.generator.model_copy(update={"n_ctx": 0, "max_tokens": 0}):
-            s._tokenizer = self._generator or self._tokenizer  # the same vocabulary and template
-        rs_old, rs_new = old.retrieve, settings.retrieve
-        if self._reranker is not ... and _same(rs_old, rs_new, "rerank", "rerank_model", "reranker", "rerank_threads",
-                                                "rerank_base_url", "rerank_remote_model", "rerank_api_key",
-                                                "rerank_timeout_s") and old.cache_dir == settings.cache_dir:
-            s._reranker = self._reranker
+                settings.generator.model_copy(update={"n_ctx": 0, "max_tokens": 0}) and same_cache:
+            s._parent["tokenizer"] = self  # the same vocabulary and template (another context size)
+        if _same(old.retrieve, settings.retrieve, *RERANKER_FIELDS) and same_cache:
+            s._parent["reranker"] = self
         return s
 
     def close(self) -> None:
-        """Free the generator now (llama.cpp's memory), rather than when the session is dropped."""
+        """Free the generator now (llama.cpp's memory), rather than when the session is
+        dropped: the one this session loaded (or was given), never one it shares with the
+        session it is a variant of (that one only lets go of it)."""
         with self._lock:
             g, self._generator = self._generator, None
+            owned, self._owns_generator = self._owns_generator, False
             self._tokenizer = None
-        close = getattr(g, "close", None)
+        close = getattr(g, "close", None) if owned else None
         if callable(close):
             close()
