@@ -64,6 +64,52 @@ def test_figures_the_source_lacks_are_named(claim, source, missing):
     assert unsupported_figures(claim, source) == missing
 
 
+@pytest.mark.parametrize("text,values", [
+    # a range's dash is no minus sign; a list's dash ("- 30 days") neither
+    ("a fee of $5,000 - $10,000", [5000, 10000]),
+    ("a fee of $5,000 \u2013 $10,000", [5000, 10000]),
+    ("a fee of $5,000 -$10,000", [5000, 10000]),
+    ("a fee of $5,000-$10,000", [5000, 10000]),
+    ("a discount of 5% - 10%", [5, 10]),
+    ("- 30 days' notice", [30]),
+    # a minus written against its number still is one, and brackets still mean negative
+    ("a loss of -$5", [-5]),
+    ("a change of -5", [-5]),
+    ("a change of \u22125", [-5]),
+    ("$-5", [-5]),
+    ("(1,234)", [-1234]),
+    ("years 2022-2023", [2022, 2023]),
+    # a one-letter scale is a unit as often (metres, minutes, millimetres, a section): a scale only after a currency
+    ("within 5 m of the site", [5]),
+    ("every 5m", [5]),
+    ("a 300 mm pipe", [300]),
+    ("section 524B", [524]),
+    ("$5m", [5e6]),
+    ("\u20ac2.5 m", [2.5e6]),
+    ("$10k", [1e4]),
+    ("$5mm", [5e6]),
+    ("$5 million", [5e6]),
+    ("5 million", [5e6]),
+    ("1,200 million", [1.2e9]),
+    ("$1.2 bn", [1.2e9]),
+])
+def test_ranges_and_units_are_read_as_written(text, values):
+    from ragkit.answer.figures import extract_numbers
+
+    assert [q.value for q in extract_numbers(text)] == values
+
+
+def test_a_range_and_a_distance_in_an_answer_are_supported_by_the_same_figures():
+    """Through the check ask and compare use: the range's upper end is no -10,000 the
+    source lacks, and "5 m" no 5,000,000."""
+    from ragkit.answer.figures import unsupported_figures
+
+    assert unsupported_figures("The fee is $5,000 - $10,000.", "a fee of between $5,000 and $10,000") == []
+    assert unsupported_figures("It must stay within 5 m of the site.", "no closer than five (5) metres") == []
+    assert unsupported_figures("The fee is $5m.", "a fee of five million dollars") == []
+    assert unsupported_figures("The fee is $6m.", "a fee of five million dollars") == ["6e+06"]
+
+
 def test_figures_are_the_pipelines_and_eval_reads_them_the_same_way():
     """The pipeline does not import eval: the number helpers live in ragkit.answer.figures
     and ragkit.eval.metrics takes them from there."""

@@ -63,14 +63,19 @@ _SCALE = {
     "billion": 1e9, "billions": 1e9, "bn": 1e9, "b": 1e9,
     "trillion": 1e12, "trillions": 1e12, "tn": 1e12,
 }
+# a minus sign is one written against its number ("-5", "-$5"): "- 5" is a list's dash, and a
+# dash after a number ("$5,000 - $10,000", "5 -10") joins a range (extract_numbers)
 _NUM = re.compile(
-    r"(?:(?<![\w.,)])(?P<neg>-|\u2212))?\s*(?P<paren>\()?\s*(?:(?P<cur>[$€£¥])\s*(?P<neg2>-)?)?"
+    r"(?:(?<![\w.,)])(?P<neg>-|\u2212)(?=[($€£¥]|\.?\d))?\s*(?P<paren>\()?\s*(?:(?P<cur>[$€£¥])\s*(?P<neg2>-)?)?"
     r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
     r"(?P<close>\))?"
     r"(?:\s*(?P<pct>%|percent\b|per cent\b|pct\b)|\s*(?P<scale>thousands?|millions?|billions?|trillions?|mn|bn|tn|mm|[kmb])\b)?"
     r"(?P<close2>\))?",
     re.I,
 )
+# scales that are a unit as often as a scale ("5 m" metres or minutes, "300 mm", "section 524B",
+# "4K"): read as one only after a currency ("$5m", "€2.5 m", "$10k", "$5mm")
+_AMBIGUOUS_SCALE = {"k", "m", "b", "mm"}
 
 
 @dataclass(frozen=True)
@@ -81,23 +86,28 @@ class Quantity:
 
 def extract_numbers(text: str | None) -> list[Quantity]:
     """Numbers with their scale and sign: "$1.2 billion" -> 1.2e9, "1,200 million" -> 1.2e9,
-    "(1,234)" -> -1234, "12.5%" -> 12.5 (percent). Years and section numbers come out as
-    plain numbers too; callers compare sets of quantities. Digits only: pass the text
+    "$5m" -> 5e6 (but "5 m" -> 5: a one-letter scale needs a currency), "(1,234)" -> -1234,
+    "-5" -> -5 (but "$5,000 - $10,000" -> 5000 and 10000: a range), "12.5%" -> 12.5
+    (percent). Years and section numbers come out as plain numbers too; callers compare sets of quantities. Digits only: pass the text
     through `digits` first to read spelled numbers."""
     if not text:
         return []
     t = unicodedata.normalize("NFKC", text).translate(_QUOTES)
     out: list[Quantity] = []
+    prev_end = None
     for m in _NUM.finditer(t):
         try:
             v = float(m.group("num").replace(",", ""))
         except ValueError:
             continue
         scale = (m.group("scale") or "").lower()
-        if scale:
+        if scale and (m.group("cur") or scale not in _AMBIGUOUS_SCALE):
             v *= _SCALE[scale]
         closed = bool(m.group("close") or m.group("close2"))
-        if m.group("neg") or m.group("neg2") or (m.group("paren") and closed):
+        # a dash right after the number before it is a range's ("$5,000 - $10,000", "5% -10%")
+        neg = bool(m.group("neg")) and not (prev_end is not None and not t[prev_end : m.start("neg")].strip())
+        prev_end = m.end()
+        if neg or m.group("neg2") or (m.group("paren") and closed):
             v = -v
         out.append(Quantity(v, percent=bool(m.group("pct"))))
     return out
