@@ -11,6 +11,7 @@ chosen from the sources and its evidence), `label.py` (one item's label, and `co
 scripts imported from `ragkit.compare` is still here.
 """
 
+from ragkit.answer.figures import unsupported_figures  # noqa: F401  (the one figure check of ask, chat, compare and serve)
 from ragkit.answer.passages import (  # noqa: F401  (the quote rules live with the sources, shared with ask)
     _LIST_ITEM,
     LEXICAL_WEIGHT,
@@ -43,7 +44,6 @@ from ragkit.compare.label import (  # noqa: F401
     clause_prompt,
     compare,
     on_point,
-    unsupported_figures,
 )
 from ragkit.compare.quotes import (  # noqa: F401
     _best_quote,

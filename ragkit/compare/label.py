@@ -7,6 +7,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Callable
 
+from ragkit.answer.figures import unsupported_figures  # the one figure check of ask, chat, compare and serve
 from ragkit.compare.checklist import ChecklistItem, load_checklist
 from ragkit.compare.quotes import _best_quote, _document_sentences, _where, evidence
 from ragkit.compare.report import Comparison, Finding, Row, _renormalised, agree_on_same_quotes
@@ -92,15 +93,6 @@ def _clause_builder(generator, settings: Session | Settings):
     builder.system = read_prompt("checklist_system.txt").strip()
     builder.user_tail = ""
     return builder
-
-
-def unsupported_figures(answer: str, contexts) -> list[str]:
-    """Figures in a free-text answer ("12 months", "1 year") that no source in the prompt
-    contains: the shared check of ask, chat, compare and serve
-    (ragkit.answer.claims.unsupported_figures)."""
-    from ragkit.answer.claims import unsupported_figures as check
-
-    return check(answer, contexts)
 
 
 YES_NO = ["Yes", "No", "Not mentioned"]
