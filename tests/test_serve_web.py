@@ -395,6 +395,27 @@ def test_upload_name_clash_with_a_stored_document_is_refused(client, web_store):
     assert store_snapshot(settings) == before
 
 
+def test_an_upload_is_embedded_by_the_servers_own_embedder(client, monkeypatch):
+    """The server holds one embedder (its Session's): an upload's ingest embeds with it and
+    loads no second model (counted through the real loader)."""
+    import ragkit.embed.factory as embed_factory
+
+    inner = client.app.state.ragkit.session.embedder.inner  # the server's, loaded once
+    real_make, real_embed = embed_factory._make, inner.embed_documents
+    loaded: list = []
+    embedded: list[int] = []
+
+    def counting_embed(texts, *args, **kwargs):
+        embedded.append(len(texts))
+        return real_embed(texts, *args, **kwargs)
+
+    monkeypatch.setattr(embed_factory, "_make", lambda settings: loaded.append(settings) or real_make(settings))
+    monkeypatch.setattr(inner, "embed_documents", counting_embed)  # an instance attribute over the real method
+    job = upload(client, [("one-embedder.md", GOOD_MD.replace(b"Oregon", b"Vermont"))]).json()
+    assert job["status"] == "done" and job["result"]["added"] == 1, job
+    assert loaded == [] and sum(embedded) >= 1
+
+
 def test_upload_too_large_is_413(web_store):
     settings, _ = web_store
     small = settings.model_copy(update={"serve": settings.serve.model_copy(update={"max_upload_mb": 1})})

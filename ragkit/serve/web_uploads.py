@@ -181,8 +181,8 @@ def _prepare_dirs(uploads: Path, staging: Path) -> None:
 
 def _ingest_uploads(web: WebState, job: Job, staged: list[tuple[str, Path]], rejected: list[dict], staging: Path) -> dict:
     """Move the staged files into the uploads folder and ingest them (CLI path, writer
-    lock). A file that fails to ingest is removed again, or the file it replaced is put
-    back, so the store and its files stay as they were."""
+    lock, with the server Session's embedder). A file that fails to ingest is removed
+    again, or the file it replaced is put back, so the store and its files stay as they were."""
     from ragkit.ingest import ingest
 
     uploads = web.uploads_dir()
@@ -230,7 +230,10 @@ def _ingest_uploads(web: WebState, job: Job, staged: list[tuple[str, Path]], rej
                     job.current = by_path.get(path, path and Path(path).name)
 
             try:
-                rep = ingest([t for _, t, _ in placed.values()], web.settings, wait_s=30.0, on_event=on_event)
+                # the server's own embedder (a second model in the server would double its memory)
+                embedder = web.serve.session.embedder.inner
+                rep = ingest([t for _, t, _ in placed.values()], web.settings, wait_s=30.0, on_event=on_event,
+                             embedder=embedder)
             except BaseException:
                 for name, target, backup in placed.values():
                     _restore(target, backup)
