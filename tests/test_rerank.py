@@ -145,6 +145,28 @@ def test_the_table_lane_scores_tables_beyond_the_pool_best_ranked_first():
     assert off.tables == [] and off.scored == 2
 
 
+def test_the_not_found_floor_reads_the_pool_not_the_table_lane():
+    """A FAKE reranker (unit test of which scores the not_found floor reads): a passage
+    naming "operating expenses" scores 5, any other -5. The floor
+    (retrieve.rerank_abstain_below) reads RerankInfo.best, the best score of the pool: a
+    table of the lane scored beside it neither lifts a question over the floor nor lowers
+    its best (it read the lane's scores too: a table at 5 lifted a pool at -5)."""
+    from ragkit.retrieve.abstain import reranker_reason
+
+    prose = [_hit(f"x{i}", f"prose {i}") for i in range(4)]
+    table = Hit(id="t", text=INCOME, score=0.0, meta={"kind": "table"})  # its digest names "operating expenses": 5
+    _, on = R.rerank_hits("q", prose + [table], _Labels(), pool=4, weight=1.0, tables=1)
+    _, off = R.rerank_hits("q", prose + [table], _Labels(), pool=4, weight=1.0)
+    assert on.tables == ["t"] and on.scores["t"] == 5.0 and "t" not in off.scores
+    assert on.best == off.best == -5.0
+    assert reranker_reason(on.best, 0.0) == reranker_reason(off.best, 0.0) is not None  # under the floor either way
+    # a pool over the floor stays there beside a table under it
+    named = [_hit("y0", "operating expenses rose")] + prose[1:]
+    other = Hit(id="t", text=INCOME.replace("operating expenses", "other"), score=0.0, meta={"kind": "table"})
+    _, on = R.rerank_hits("q", named + [other], _Labels(), pool=4, weight=1.0, tables=1)
+    assert on.scores["t"] == -5.0 and on.best == 5.0 and reranker_reason(on.best, 0.0) is None
+
+
 # ---------------------------------------------------------------------- the pinned model
 
 def test_the_registry_model_scores_the_matching_clause_highest(tmp_path):
@@ -488,3 +510,36 @@ def test_the_statement_table_gets_a_place_in_the_prompt_through_the_table_lane(a
     assert best >= RERANK_TABLE_FLOOR_DEFAULT
     _, high = _ranked(aapl_store, q, doc, rerank_table_floor=best + 0.01)
     assert not any("14,316" in c.text for c in high) and len(high) == len(off)
+    # the not_found floor's evidence is the pool's best, the same with and without the lane
+    assert r_on.rerank.best == r_off.rerank.best == max(r_off.rerank.scores.values())
+
+
+def test_a_table_in_the_lane_does_not_lift_a_question_over_the_not_found_floor(aapl_store, monkeypatch):
+    """A FAKE reranker on the real path otherwise (Apple's 10-Q in a real store, the real
+    ranking and prompt): every table digest of the lane scores 5, every passage of the
+    pool -5, and the not_found floor (retrieve.rerank_abstain_below) is 0. The statement
+    table still joins the prompt beside the top_k sources (its own floor,
+    retrieve.rerank_table_floor), but the question is below the floor and not_found says
+    so with the pool's best, -5 (the lane's 5 lifted it over the floor)."""
+    from ragkit.session import Session
+
+    doc = "2023 Q1 AAPL.pdf"
+    session = Session(_with(aapl_store, rerank_abstain_below=0.0))
+    (rec,) = [r for r in session.store.documents() if r.name == doc]
+    digests = {R.table_digest(h) for h in session.store.chunks([rec.doc_id]) if h.meta.get("kind") == "table"}
+    assert digests
+
+    class TablesHigh:
+        name = "fake"
+
+        def score(self, query, passages):
+            return [5.0 if p in digests else -5.0 for p in passages]
+
+    monkeypatch.setattr(Session, "reranker", property(lambda self: TablesHigh()))
+    from ragkit.retrieve import retrieve
+
+    r = retrieve("How did Apple's operating expenses for Q1 2023 compare to its revenue for the same quarter?", session, [doc])
+    assert r.rerank.tables and all(r.rerank.scores[t] == 5.0 for t in r.rerank.tables)
+    assert r.rerank.tables[0] in {c.chunk_id for c in r.prompt.contexts}  # the lane's table is in the prompt
+    assert r.rerank.best == -5.0
+    assert r.abstain_reason and "reranker's best score -5.00" in r.abstain_reason, r.abstain_reason

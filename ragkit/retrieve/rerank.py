@@ -53,7 +53,7 @@ class RerankInfo:
     backend: str
     pool: int  # candidates offered
     scored: int  # candidates scored (fewer when the time budget ran out)
-    best: float | None  # highest cross-encoder score (the relevance evidence for not_found)
+    best: float | None  # highest cross-encoder score over the pool, the table lane's not included (the evidence for not_found)
     cpu_s: float  # process CPU time spent (all threads)
     wall_s: float
     scores: dict[str, float] = field(default_factory=dict)  # chunk id -> score
@@ -136,8 +136,12 @@ def rerank_hits(query: str, ranked: list[Hit], reranker: Reranker, *, pool: int,
             pairs += len(part)
         if budget_s > 0 and time.perf_counter() - w0 >= budget_s:
             break
+    # the not_found floor (retrieve.rerank_abstain_below) reads the pool's best only: a table of
+    # the lane is scored by its digest, not as a passage, and has a floor of its own
+    # (retrieve.rerank_table_floor) for its place beside the top_k sources
+    pooled = [scores[h.id] for h in head if h.id in scores]
     info = RerankInfo(backend=getattr(reranker, "name", type(reranker).__name__), pool=len(head) + len(lane), scored=len(scores),
-                      best=max(scores.values()) if scores else None, cpu_s=time.process_time() - c0,
+                      best=max(pooled) if pooled else None, cpu_s=time.process_time() - c0,
                       wall_s=time.perf_counter() - w0, scores=scores, pairs=pairs, tables=tables)
     if not scores:
         return ranked, info
