@@ -13,6 +13,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import openpyxl
 import pytest
 from conftest import ROOT
 from typer.testing import CliRunner
@@ -40,7 +41,6 @@ def _csv(path: Path) -> list[dict]:
 
 
 def _xlsx(path: Path):
-    openpyxl = pytest.importorskip("openpyxl")
     ws = openpyxl.load_workbook(path).active
     header = [c.value for c in ws[1]]
     rows = [{h: c for h, c in zip(header, r)} for r in ws.iter_rows(min_row=2)]
