@@ -140,6 +140,26 @@ def test_bad_set_is_a_one_line_error(tmp_path):
     assert res.exit_code == 2 and "unknown set" in res.output
 
 
+# ---------------------------------------------------------------------- what a run loads and reads
+
+def test_a_run_with_corpus_loads_one_embedder(tmp_path, monkeypatch):
+    """`eval run --corpus`: the ingest and the questions use one embedder (the run's
+    Session's), counted through the real loader."""
+    import ragkit.embed.factory as embed_factory
+    from ragkit.eval.run import RunOptions, run_eval
+
+    monkeypatch.setenv("RAGKIT_GENERATOR__N_CTX", "2048")
+    real = embed_factory._make
+    loaded: list = []
+    monkeypatch.setattr(embed_factory, "_make", lambda settings: loaded.append(settings) or real(settings))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    shutil.copy(ROOT / "corpora" / "nda" / "bonterms-mutual-nda-v1.pdf", docs)  # the set's first question's document
+    report = run_eval(RunOptions(set_path=NDA_DEMO, out=tmp_path / "run", corpus=[docs], limit=1, retrieval_only=True))
+    assert report["questions"][0]["evidence_in_context"] is True
+    assert len(loaded) == 1, loaded
+
+
 # ---------------------------------------------------------------------- retrieval-only
 
 def test_retrieval_only_run_scores_evidence(nda_store, tmp_path, monkeypatch):

@@ -242,11 +242,13 @@ def run_eval(opts: RunOptions, *, on_event: Event | None = None,
     emit = on_event or (lambda kind, info: None)
     items, settings = prepare(opts)
     out = Path(opts.out)
+    answerer = Answerer(settings, opts.retrieval_only)
     if opts.corpus:
         from ragkit.ingest import ingest
 
         emit("ingest", {"paths": [str(p) for p in opts.corpus], "store": str(settings.store)})
-        rep = ingest(list(opts.corpus), settings)
+        # the run's one embedder: the answering session's, which then asks the store it filled
+        rep = ingest(list(opts.corpus), settings, embedder=answerer.session.embedder.inner)
         emit("ingested", rep.to_json())
     answers_path = out / ANSWERS
     done = read_answers(answers_path, repair=True)
@@ -256,7 +258,6 @@ def run_eval(opts: RunOptions, *, on_event: Event | None = None,
         emit("note", {"message": "--concurrency forced to 1: the in-process llama.cpp generator runs one question at a time"})
         concurrency = 1
     emit("start", {"total": len(items), "done": len(items) - len(todo), "todo": len(todo), "concurrency": concurrency})
-    answerer = Answerer(settings, opts.retrieval_only)
     ck = Checkpoint(answers_path)
 
     def one(item: EvalItem) -> dict:
