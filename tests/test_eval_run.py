@@ -160,6 +160,25 @@ def test_a_run_with_corpus_loads_one_embedder(tmp_path, monkeypatch):
     assert len(loaded) == 1, loaded
 
 
+def test_a_run_resolves_its_settings_once_with_its_profile_and_store(nda_store, tmp_path, monkeypatch):
+    """`eval run` reads the settings once, with --profile and --store, and the cluster
+    choice uses those (it read them again without either: a profile in the environment that
+    --profile overrides failed the run)."""
+    import ragkit.config
+
+    real = ragkit.config.load_settings
+    reads: list[dict] = []
+    monkeypatch.setattr(ragkit.config, "load_settings", lambda **kw: reads.append(kw) or real(**kw))
+    out = tmp_path / "run"
+    res = CliRunner().invoke(_cli(), ["eval", "run", str(NDA_DEMO), "--store", str(nda_store.store), "--profile", "laptop",
+                                      "--limit", "1", "--retrieval-only", "--out", str(out), "--json"],
+                             env={"RAGKIT_PROFILE": "no-such-profile", "RAGKIT_GENERATOR__N_CTX": "2048"})
+    assert res.exit_code == 0, res.output
+    assert [r.get("profile") for r in reads] == ["laptop"] and reads[0]["store"] == nda_store.store
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert report["run"]["profile"] == "laptop" and report["run"]["store"] == str(nda_store.store)
+
+
 # ---------------------------------------------------------------------- retrieval-only
 
 def test_retrieval_only_run_scores_evidence(nda_store, tmp_path, monkeypatch):

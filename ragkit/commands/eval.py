@@ -112,7 +112,7 @@ def run_cmd(
             report = run_eval(
                 RunOptions(set_path=set_path, out=out, corpus=list(corpus), store=store, profile=profile, limit=limit,
                            retrieval_only=retrieval_only, concurrency=concurrency),
-                on_event=on_event, answer_many=_cluster_answerer(cluster),
+                on_event=on_event, answer_many_for=lambda settings: _cluster_answerer(cluster, settings),
             )
     except RagkitError as exc:
         cli._fail(exc, as_json)
@@ -142,12 +142,11 @@ def run_cmd(
     _say_rows(cli, report)
 
 
-def _cluster_answerer(cluster: Optional[str]):
-    """The Ray cluster's answerer when --cluster (or setting cluster.address) names one, else None (local)."""
+def _cluster_answerer(cluster: Optional[str], settings):
+    """The Ray cluster's answerer when --cluster (or the run's setting cluster.address, read
+    from the settings the run resolved: its --profile and --store) names one, else None (local)."""
     if cluster is None:
-        from ragkit.config import load_settings
-
-        cluster = load_settings().cluster.address
+        cluster = settings.cluster.address
     if not cluster:
         return None
     from ragkit.cluster.eval import answer_on_cluster

@@ -229,18 +229,24 @@ def prepare(opts: RunOptions) -> tuple[list[EvalItem], Settings]:
     return items, settings
 
 
-def run_eval(opts: RunOptions, *, on_event: Event | None = None,
-             answer_many: Callable[[Settings, bool, list[EvalItem]], Iterable[dict]] | None = None) -> dict:
+AnswerMany = Callable[[Settings, bool, list[EvalItem]], Iterable[dict]]
+
+
+def run_eval(opts: RunOptions, *, on_event: Event | None = None, answer_many: AnswerMany | None = None,
+             answer_many_for: Callable[[Settings], AnswerMany | None] | None = None) -> dict:
     """Ingest (when --corpus is given), answer every question not yet answered, score and
     write the reports. Returns the report dict.
 
     `answer_many(settings, retrieval_only, items)` answers elsewhere (ragkit.cluster: Ray
     actors), yielding each question's record as it lands; this process still writes every
-    record to answers.jsonl, once per question."""
+    record to answers.jsonl, once per question. `answer_many_for(settings)` chooses one from
+    the run's settings (--profile and --store applied), or None to answer here."""
     from ragkit.eval.rows import write_run_files
 
     emit = on_event or (lambda kind, info: None)
     items, settings = prepare(opts)
+    if answer_many is None and answer_many_for is not None:
+        answer_many = answer_many_for(settings)
     out = Path(opts.out)
     answerer = Answerer(settings, opts.retrieval_only)
     if opts.corpus:
