@@ -65,16 +65,21 @@ def test_wording_changes_lists_what_a_lawyer_would_mark_up():
 
 
 def test_clause_quote_keeps_the_lead_in_of_a_list_item():
-    from ragkit.compare import _stemmer, _words
+    import ragkit.compare
+    from ragkit.compare import _words
 
-    stem = _stemmer()
     text = ("3. Exceptions. The Receiving Party’s obligations do not apply to information that it can demonstrate: "
             "(a) is or becomes publicly available; (b) it rightfully knew before; (c) it rightfully obtained from a third party; "
             "or (d) it independently developed without using the Confidential Information.")
-    want = _words("Independent development May the receiving party independently develop similar information?", stem)
-    q = clause_quote(text, want, {}, stem)
+    want = _words("Independent development May the receiving party independently develop similar information?")
+    q = clause_quote(text, want, {})
     assert q.startswith("The Receiving Party’s obligations do not apply") and "(d) it independently developed" in q
     assert "(a) is or becomes" not in q
+    # the words are stemmed by the lexical index's tokenizer: clause_quote takes no stemmer
+    # (its `stem` argument was ignored), so the argument after the weights is the limit
+    short = clause_quote(text, want, {}, 60)
+    assert len(short) == 60 and short.endswith("…") and q.startswith(short[:-1])
+    assert not hasattr(ragkit.compare, "_stemmer")
 
 
 def test_unsupported_figures_flags_numbers_the_document_does_not_hold():

@@ -30,13 +30,9 @@ from ragkit.sentences import split_units  # noqa: E402,F401  (re-exported: compa
 LEXICAL_WEIGHT = 0.3  # the best word match adds this much to a sentence's cosine (ContractNLI quotes: 0.600 of gold spans; cosine alone 0.553, words alone 0.612 but it quotes Bonterms §7's duty to destroy for "retain")
 
 
-def _stemmer():
-    import snowballstemmer
-
-    return snowballstemmer.stemmer("english").stemWords  # "independently developed" ~ "independent development"
-
-
-def _words(text: str, stem=None) -> set[str]:
+def _words(text: str) -> set[str]:
+    """The text's words as the lexical index reads them: stemmed with Snowball ("independently
+    developed" ~ "independent development")."""
     from ragkit.retrieve.bm25 import tokenize
 
     return set(tokenize(text))  # tokenize already stems (Snowball); stemming twice is not idempotent ("agree" -> "agr")
@@ -72,7 +68,7 @@ def _lexical(unit_words: set[str], want: set[str], weight: dict[str, float]) -> 
     return sum(weight.get(x, 1.0) for x in unit_words & want) / max(12, len(unit_words)) ** 0.5
 
 
-def clause_quote(text: str, want: set[str], weight: dict[str, float], stem=None, limit: int = 320,
+def clause_quote(text: str, want: set[str], weight: dict[str, float], limit: int = 320,
                  similarity: Callable[[list[str]], list[float]] | None = None,
                  names_item: Callable[[str], bool] | None = None) -> str:
     """The sentence or list item of a clause that shares most (weighted, stemmed) words with

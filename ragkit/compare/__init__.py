@@ -17,7 +17,6 @@ from ragkit.answer.passages import (  # noqa: F401  (the quote rules live with t
     LEXICAL_WEIGHT,
     _is_heading,
     _quotable,
-    _stemmer,
     _words,
     clause_quote,
     split_units,

@@ -20,7 +20,6 @@ from ragkit.answer.passages import (  # noqa: E402,F401
     LEXICAL_WEIGHT,
     _is_heading,
     _quotable,
-    _stemmer,
     _words,
     clause_quote,
     split_units,
@@ -53,10 +52,9 @@ def _best_quote(contexts, item: "ChecklistItem", settings: Settings | None = Non
 
     if not contexts:
         return None
-    stem = _stemmer()
-    want = _words(item.title + " " + item.question, stem)
-    title_words = _words(item.title, stem)
-    bags = [(_words(c.section or "", stem), _words(c.text, stem)) for c in contexts]
+    want = _words(item.title + " " + item.question)
+    title_words = _words(item.title)
+    bags = [(_words(c.section or ""), _words(c.text)) for c in contexts]
     # words found in every section of the document ("confidential", "party") tell
     # nothing: weight each word by its inverse document frequency across the sections
     n = len(bags)
@@ -74,7 +72,7 @@ def _best_quote(contexts, item: "ChecklistItem", settings: Settings | None = Non
     named = [c for c in contexts if any(item.names_item(u) for u in split_units(c.text))] if item.terms else []
     top = max(named or contexts, key=lambda c: fits[id(c)])
     weight = {w: idf[w] + (1.0 if w in title_words else 0.1) for w in want}
-    return top, clause_quote(top.text, want, weight, stem, similarity=_similarity(settings, item),
+    return top, clause_quote(top.text, want, weight, similarity=_similarity(settings, item),
                              names_item=item.names_item if item.terms else None)
 
 
@@ -132,12 +130,11 @@ def evidence(item: "ChecklistItem", contexts, quote: str | None, settings: Sessi
     cos = vecs[:-1] @ q
     qc = float(vecs[-1] @ q)
     sd = float(cos.std()) or 1e-6
-    stem = _stemmer()
-    want = _words(item.hypothesis or item.question, stem)
-    bags = [_words(u, stem) for u in units]
+    want = _words(item.hypothesis or item.question)
+    bags = [_words(u) for u in units]
     n = len(bags)
     idf = {w: math.log((n + 1) / (1 + sum(1 for b in bags if w in b))) + 0.1 for w in want}
-    have = _words(quote, stem)
+    have = _words(quote)
     coverage = sum(idf[w] for w in want & have) / (sum(idf.values()) or 1.0)
     return {"z": round((qc - float(cos.mean())) / sd, 3), "cos": round(qc, 4), "coverage": round(coverage, 3), "units": n,
             "support": round(_hypothesis_support(item, quote, emb), 3)}

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ragkit.answer.passages import _stemmer, _words
+from ragkit.answer.passages import _words
 from ragkit.compare.checklist import ChecklistItem
 from ragkit.retrieve.prompt import format_location
 
@@ -133,8 +133,7 @@ def same_substance(a: str, b: str, share: float = 0.6) -> bool:
     """Whether two quotes say the same: the shorter one's content words (stemmed) are
     mostly in the other ("may retain ... backup or record retention policies" in
     Bonterms and in Common Paper, worded apart)."""
-    stem = _stemmer()
-    wa, wb = _words(a, stem), _words(b, stem)
+    wa, wb = _words(a), _words(b)
     small, big = (wa, wb) if len(wa) <= len(wb) else (wb, wa)
     return bool(small) and len(small & big) / len(small) >= share
 
