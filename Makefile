@@ -1,6 +1,7 @@
 # Two commands on a fresh machine:
 #   make demo   # creates .venv, installs everything, ingests corpora/nda, asks one NDA question
-#   make test   # creates .venv, installs everything, runs the test suite
+#   make test   # creates .venv, installs everything, runs the default test tier
+#   make test-all  # the complete suite (what .ci/run calls)
 # llama-cpp-python compiles from source the first time (about 9 minutes on 2 cores);
 # pip caches the wheel, so later installs take seconds.
 
@@ -16,7 +17,7 @@ DEMO_QUESTION ?= How long do the confidentiality obligations survive after the a
 CNLI_DIR ?= ../shared/corpora/contractnli-dev/rendered
 CNLI_OUT ?= runs/contractnli-rendered8
 
-.PHONY: demo test install install-ocr clean eval-contractnli
+.PHONY: demo test test-all install install-ocr clean eval-contractnli
 
 install: $(STAMP)
 
@@ -30,8 +31,14 @@ demo: $(STAMP)
 	$(VENV)/bin/ragkit ingest corpora/nda --store $(DEMO_STORE)
 	$(VENV)/bin/ragkit ask "$(DEMO_QUESTION)" --store $(DEMO_STORE)
 
+# The default tier: one real-path test per capability (pyproject's addopts deselect `slow`
+# and `complete`); the 20 slowest tests are printed.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest --durations=20 $(PYTEST_ARGS)
+
+# The complete tier: every test but the `slow` kill -9 trials (`make test PYTEST_ARGS="-m slow"`).
+test-all: $(STAMP)
+	$(VENV)/bin/python -m pytest --durations=20 -m "not slow" $(PYTEST_ARGS)
 
 # ContractNLI scoring of the NDA checklist: 8 dev NDAs (rendered PDFs) x 17 hypotheses,
 # labels and quotes as `ragkit compare` makes them; resumable; report in $(CNLI_OUT)
