@@ -149,6 +149,55 @@ def test_a_writer_that_lost_its_lease_stops_before_its_next_write(chroma_server,
         b.__exit__(None, None, None)
 
 
+class _SkewedClock:
+    """The `time` module of a machine whose wall clock is `skew` seconds off (its monotonic
+    clock has no date to be wrong about)."""
+
+    def __init__(self, skew: float):
+        self.skew = skew
+
+    def time(self) -> float:
+        return time.time() + self.skew
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+def test_a_lease_does_not_depend_on_the_writers_clocks_agreeing(chroma_server, monkeypatch):
+    """Two machines whose clocks are 10 minutes apart agree on a lease: a live lease taken
+    by a machine whose clock runs behind is not taken as run out, and the lease of a crashed
+    machine whose clock runs ahead is taken over once it has run out, not 10 minutes later.
+    (Each machine is this process with ragkit.store.locks reading a skewed clock.)"""
+    from ragkit.errors import StoreLocked
+    from ragkit.store import ChromaStore, ServerLease, locks
+
+    client = ChromaStore.connect(chroma_server)
+    monkeypatch.setattr(locks, "time", _SkewedClock(-600))  # machine A: 10 minutes behind
+    behind = ServerLease(client, "skewed-behind", lease_s=60).__enter__()
+    monkeypatch.setattr(locks, "time", time)  # machine B: the right time
+    try:
+        with pytest.raises(StoreLocked):
+            ServerLease(client, "skewed-behind", lease_s=60).__enter__()
+        assert behind._holder()["owner"] == behind.owner
+        behind.check()
+    finally:
+        behind.__exit__(None, None, None)
+
+    monkeypatch.setattr(locks, "time", _SkewedClock(+600))  # machine A: 10 minutes ahead, then it crashes
+    ahead = ServerLease(client, "skewed-ahead", lease_s=1.5).__enter__()
+    ahead._stop.set()
+    ahead._thread.join(5)
+    monkeypatch.setattr(locks, "time", time)
+    t0 = time.monotonic()
+    b = ServerLease(client, "skewed-ahead", lease_s=60, wait_s=8).__enter__()
+    try:
+        waited = time.monotonic() - t0
+        assert b._holder()["owner"] == b.owner
+        assert waited >= 1.0  # not before the crashed writer's lease ran out
+    finally:
+        b.__exit__(None, None, None)
+
+
 def test_one_writer_per_server_collection_across_machines(chroma_server, tmp_path):
     """Two machines writing one server: their local lock files differ (each machine has its
     own cache folder), so only the lease that lives in the server can refuse the second."""

@@ -66,10 +66,17 @@ class ServerLease:
     and the next writer deletes it — conditionally on its owner, so a fresh holder's record
     is never deleted — and takes the lock.
 
+    Every clock reading that another machine compares is the server's (its heartbeat: the
+    record's expiry is the server's time plus `lease_s`, and a waiter asks the server what
+    time it is now), so writers whose clocks disagree with each other or with the server
+    still agree on when a lease runs out. The holder's own view of its lease is its
+    monotonic clock, started before it asked the server the time, so it never believes
+    itself to hold a lease the others think has run out.
+
     Renewal is conditional too: a holder renews only while its own lease is at least
-    `lease_s / 6` from expiry by its clock (only after expiry may another writer take it), and
-    only if the record is still its own; otherwise the lease is *lost*, and `check()`, which
-    the store calls before every write, stops the writer with exit 5. Chroma has no
+    `lease_s / 6` from expiry (only after expiry may another writer take it), and only if
+    the record is still its own; otherwise the lease is *lost*, and `check()`, which the
+    store calls before every write, stops the writer with exit 5. Chroma has no
     compare-and-swap, so one window remains: a pause of more than `lease_s / 6` between the
     last check and the update itself (a few microseconds of code)."""
 
@@ -79,6 +86,7 @@ class ServerLease:
         import socket
         import uuid
 
+        self.client = client
         self.col = client.get_or_create_collection(f"{collection}-lock", embedding_function=None)
         self.where = collection
         self.wait_s = wait_s
@@ -87,32 +95,38 @@ class ServerLease:
         self.info = {"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid()}
         self._stop = None
         self._thread = None
-        self._expires = 0.0  # when the lease this writer last wrote runs out (its own clock)
+        self._deadline = 0.0  # when the lease this writer last wrote runs out (time.monotonic(), this process)
         self.lost: str | None = None  # why this writer no longer holds the lease
+
+    def _server_now(self) -> float:
+        """The server's time, in seconds since the epoch (its heartbeat is in nanoseconds)."""
+        return self.client.heartbeat() / 1e9
 
     def _holder(self) -> dict | None:
         got = self.col.get(ids=[self.RECORD], include=["metadatas"])
         return (got["metadatas"] or [None])[0] if got["ids"] else None
 
-    def _meta(self) -> dict:
-        return {**self.info, "expires": time.time() + self.lease_s}
+    def _meta(self) -> tuple[dict, float]:
+        """A record of this writer whose lease runs `lease_s` from now by the server's clock,
+        and when it runs out by this process's monotonic clock (read first: never later)."""
+        started = time.monotonic()
+        return {**self.info, "expires": self._server_now() + self.lease_s}, started + self.lease_s
 
     def __enter__(self) -> "ServerLease":
-
-        deadline = time.monotonic() + self.wait_s
+        give_up = time.monotonic() + self.wait_s
         while True:
             held = self._holder()
-            if held is not None and float(held.get("expires", 0)) < time.time():
+            if held is not None and float(held.get("expires", 0)) < self._server_now():
                 self.col.delete(ids=[self.RECORD], where={"owner": held["owner"]})  # expired lease
                 held = None
             if held is None:
-                meta = self._meta()
+                meta, runs_out = self._meta()
                 self.col.add(ids=[self.RECORD], embeddings=[[0.0]], metadatas=[meta])
                 held = self._holder()
-            if held is not None and held.get("owner") == self.owner:
-                self._expires = float(held.get("expires", 0))
-                break
-            if time.monotonic() >= deadline:
+                if held is not None and held.get("owner") == self.owner:
+                    self._deadline = runs_out
+                    break
+            if time.monotonic() >= give_up:
                 who = f" (host {held.get('host')}, pid {held.get('pid')})" if held else ""
                 raise StoreLocked(
                     f"another ragkit process{who} is writing to the Chroma collection {self.where!r} on this server",
@@ -138,25 +152,25 @@ class ServerLease:
         margin = self.lease_s / 6
         if self.lost:
             return False
-        if time.time() >= self._expires - margin:
+        if time.monotonic() >= self._deadline - margin:
             self.lost = f"its {self.lease_s:.0f} s lease ran out before it was renewed (the process was paused or cut off)"
             return False
         held = self._holder()
         if held is None or held.get("owner") != self.owner:
             self.lost = "another writer took the lease over"
             return False
-        meta = self._meta()
-        if time.time() >= self._expires - margin:  # paused while reading: the lease may be another's now
+        meta, runs_out = self._meta()
+        if time.monotonic() >= self._deadline - margin:  # paused while reading: the lease may be another's now
             self.lost = f"its {self.lease_s:.0f} s lease ran out before it was renewed (the process was paused or cut off)"
             return False
         self.col.update(ids=[self.RECORD], metadatas=[meta])
-        self._expires = meta["expires"]
+        self._deadline = runs_out
         return True
 
     def check(self) -> None:
         """Called before every write: a writer whose lease is lost or run out stops (exit 5)
         rather than write beside the writer that may hold it now."""
-        if self.lost is None and time.time() >= self._expires:
+        if self.lost is None and time.monotonic() >= self._deadline:
             self.lost = f"its {self.lease_s:.0f} s lease ran out before it was renewed (the process was paused or cut off)"
         if self.lost:
             raise StoreLocked(
