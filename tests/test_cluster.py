@@ -18,6 +18,7 @@ import psutil
 import pytest
 from conftest import CORPORA, ROOT, make_settings
 from test_chroma_server import chroma_server  # noqa: F401  (the `chroma run` server fixture)
+from test_ocr import needs_tesseract
 
 BAD = "broken-scan.pdf"
 
@@ -182,6 +183,7 @@ def slow_batch(tmp_path_factory):
     return d, report, snapshot(settings)
 
 
+@needs_tesseract  # slow_batch's scanned page is read by tesseract (skips without it, as tests/test_ocr.py)
 def test_parse_worker_and_embedders_killed_mid_ingest_lose_and_duplicate_nothing(ray_cluster, slow_batch, tmp_path):
     """kill -9 a parse task's worker two seconds into its parse (the scanned page's OCR), and
     the embedder actors after the first commit: Ray re-runs the parse and restarts the actors
