@@ -59,9 +59,9 @@ def main() -> None:
         emb._load()
     st = open_store(big_settings, emb, create=False)
     # bring the big store's derived data up to date first (not part of the measured ingest)
-    from ragkit.retrieve import bm25
+    from ragkit.store import lexical
 
-    bm25.refresh(st, bm25.index_dir(big, None, bc.COLLECTION, big_settings.cache_dir))
+    lexical.refresh(st, lexical.index_dir(big, None, bc.COLLECTION, big_settings.cache_dir))
     n_big = st.count()
 
     def one(settings) -> dict:

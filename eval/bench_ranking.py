@@ -134,9 +134,9 @@ def lexical_signature() -> str:
     text. A store whose saved index was built with another one gets it rebuilt."""
     import inspect
 
-    from ragkit.retrieve import bm25
+    from ragkit.store import lexical
 
-    src = inspect.getsource(bm25.tokenize) + inspect.getsource(getattr(bm25, "index_text", lambda t, m: t))
+    src = inspect.getsource(lexical.tokenize) + inspect.getsource(getattr(lexical, "index_text", lambda t, m: t))
     return hashlib.sha256(src.encode()).hexdigest()[:16]
 
 
@@ -159,8 +159,7 @@ def use_lexical(name: str) -> None:
 def build(name: str, cache: Path) -> None:
     from ragkit.embed import load_embedder
     from ragkit.ingest import ingest
-    from ragkit.retrieve import bm25
-    from ragkit.store import open_store
+    from ragkit.store import lexical, open_store
 
     settings = settings_for(name, cache)
     marker = cache / name / "built.json"
@@ -177,11 +176,11 @@ def build(name: str, cache: Path) -> None:
     sig = lexical_signature()
     if not sig_path.exists() or sig_path.read_text() != sig:
         store = open_store(settings, load_embedder(settings), create=False)
-        folder = bm25.index_dir(settings.store, settings.store_url, settings.collection, settings.cache_dir)
+        folder = lexical.index_dir(settings.store, settings.store_url, settings.collection, settings.cache_dir)
         import shutil
 
         shutil.rmtree(folder, ignore_errors=True)  # built with another tokenizer: rebuild
-        bm25.refresh(store, folder)
+        lexical.refresh(store, folder)
         sig_path.write_text(sig)
 
 

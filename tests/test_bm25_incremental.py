@@ -22,20 +22,19 @@ from conftest import NDA_QUERIES as QUERIES
 
 from ragkit.embed import load_embedder
 from ragkit.ingest import ingest
-from ragkit.retrieve import bm25
-from ragkit.store import open_store
+from ragkit.store import lexical, open_store
 
 
 def _open(settings):
     st = open_store(settings, load_embedder(settings), create=False)
-    return st, bm25.index_dir(settings.store, settings.store_url, settings.collection, settings.cache_dir)
+    return st, lexical.index_dir(settings.store, settings.store_url, settings.collection, settings.cache_dir)
 
 
 def _live_chunks(st):
     """(ids, indexed texts, doc_ids) of the live chunks, read from Chroma the slow way."""
     live = {r.doc_id for r in st.documents()}
     got = st.col.get(include=["documents", "metadatas"])
-    rows = sorted((i, bm25.index_text(t, m), m["doc_id"]) for i, t, m in zip(got["ids"], got["documents"], got["metadatas"])
+    rows = sorted((i, lexical.index_text(t, m), m["doc_id"]) for i, t, m in zip(got["ids"], got["documents"], got["metadatas"])
                   if m["doc_id"] in live)
     return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
 
@@ -47,15 +46,15 @@ def _assert_equals_scratch(st, ix):
 
     ids, texts, doc_ids = _live_chunks(st)
     assert sorted(ix.ids) == ids
-    assert ix.fp == bm25.fingerprint(doc_ids)
-    scratch = bm25.BM25Index.build(ids, texts, doc_ids)
+    assert ix.fp == lexical.fingerprint(doc_ids)
+    scratch = lexical.BM25Index.build(ids, texts, doc_ids)
     ref = bm25s.BM25()
-    ref.index([bm25.tokenize(t) for t in texts], show_progress=False)
+    ref.index([lexical.tokenize(t) for t in texts], show_progress=False)
     for q in QUERIES:
         got, want = ix.search(q, 10), scratch.search(q, 10)
         assert [i for i, _ in got] == [i for i, _ in want], q
         assert np.allclose([s for _, s in got], [s for _, s in want], rtol=1e-5), q
-        qt = [t for t in bm25.tokenize(q) if t in ref.vocab_dict]
+        qt = [t for t in lexical.tokenize(q) if t in ref.vocab_dict]
         if qt:
             res, sc = ref.retrieve([qt], k=len(ids), show_progress=False, n_threads=1)
             theirs = {ids[int(i)]: float(s) for i, s in zip(res[0], sc[0]) if s > 0}
@@ -80,7 +79,7 @@ def test_add_replace_remove_equal_a_from_scratch_index(tmp_path):
     settings = make_settings(tmp_path / "store")
     ingest([corpus], settings)
     st, folder = _open(settings)
-    _assert_equals_scratch(st, bm25.BM25Index.load(folder))
+    _assert_equals_scratch(st, lexical.BM25Index.load(folder))
     first = _segments(folder)
 
     # add: a new segment; the old one is not rewritten
@@ -90,14 +89,14 @@ def test_add_replace_remove_equal_a_from_scratch_index(tmp_path):
     st, folder = _open(settings)
     assert _segments(folder)[: len(first)] == first and len(_segments(folder)) == len(first) + 1
     assert {p.name: p.stat().st_mtime_ns for p in (folder / first[0]).iterdir()} == before
-    _assert_equals_scratch(st, bm25.BM25Index.load(folder))
+    _assert_equals_scratch(st, lexical.BM25Index.load(folder))
 
     # replace: the old version's rows stop counting, the new version's count
     md = corpus / "ai-osi-stack-mutual-nda.md"
     md.write_text(md.read_text().replace("three (3) years", "seven (7) years"))
     ingest([corpus], settings)
     st, folder = _open(settings)
-    ix = bm25.BM25Index.load(folder)
+    ix = lexical.BM25Index.load(folder)
     _assert_equals_scratch(st, ix)
     top = ix.search("seven years", 3)
     assert top and "seven (7) years" in st.col.get(ids=[top[0][0]])["documents"][0]
@@ -106,7 +105,7 @@ def test_add_replace_remove_equal_a_from_scratch_index(tmp_path):
     (corpus / "cnli_dev_019.pdf").unlink()
     ingest([corpus], settings, prune=True)
     st, folder = _open(settings)
-    ix = bm25.BM25Index.load(folder)
+    ix = lexical.BM25Index.load(folder)
     _assert_equals_scratch(st, ix)
     assert ix.search("Manitoba", 5) == []
 
@@ -114,7 +113,7 @@ def test_add_replace_remove_equal_a_from_scratch_index(tmp_path):
     shutil.copy(CORPORA / "cnli_dev_019.pdf", corpus)
     ingest([corpus], settings)
     st, folder = _open(settings)
-    _assert_equals_scratch(st, bm25.BM25Index.load(folder))
+    _assert_equals_scratch(st, lexical.BM25Index.load(folder))
 
 
 def test_merges_keep_the_results(tmp_path):
@@ -124,15 +123,15 @@ def test_merges_keep_the_results(tmp_path):
     for p in sorted(CORPORA.glob("*.md")):
         texts += [t for t in p.read_text().split("\n") if len(t.split()) > 5]
     docs = [(f"doc{d:02d}", [f"doc{d:02d}:{i:05d}" for i in range(2)], texts[2 * d : 2 * d + 2]) for d in range(len(texts) // 2)]
-    assert len(docs) >= bm25.MERGE_FACTOR + 2
-    segs = [bm25.Segment.build([d]) for d in docs]
+    assert len(docs) >= lexical.MERGE_FACTOR + 2
+    segs = [lexical.Segment.build([d]) for d in docs]
     dropped = {docs[1][0], docs[5][0]}
     lv = {s.name: set(s.doc_ids) - dropped for s in segs}
     lv = {k: v for k, v in lv.items() if v}
     segs = [s for s in segs if s.name in lv]
-    unmerged = bm25.BM25Index(segs, lv)
-    msegs, mlv = bm25._merge_policy(segs, lv)
-    merged = bm25.BM25Index(msegs, mlv)
+    unmerged = lexical.BM25Index(segs, lv)
+    msegs, mlv = lexical._merge_policy(segs, lv)
+    merged = lexical.BM25Index(msegs, mlv)
     assert len(msegs) < len(segs)
     assert sorted(merged.ids) == sorted(unmerged.ids) and dropped.isdisjoint({i.split(":")[0] for i in merged.ids})
     for q in QUERIES:
@@ -141,7 +140,7 @@ def test_merges_keep_the_results(tmp_path):
     # and the merged segment round-trips through its files
     for s in msegs:
         s.save(tmp_path)
-    loaded = bm25.BM25Index([bm25.Segment.load(tmp_path / s.name) for s in msegs], mlv)
+    loaded = lexical.BM25Index([lexical.Segment.load(tmp_path / s.name) for s in msegs], mlv)
     for q in QUERIES:
         assert loaded.search(q, 8) == merged.search(q, 8)
 
@@ -173,7 +172,7 @@ def test_a_kill_between_commit_and_index_update_never_serves_a_stale_index(tmp_p
     settings = make_settings(tmp_path / "store")
     ingest([corpus], settings)
     st, folder = _open(settings)
-    saved_fp = bm25.BM25Index.load(folder).fp
+    saved_fp = lexical.BM25Index.load(folder).fp
 
     new = corpus / "cnli_dev_019.pdf"
     shutil.copy(CORPORA / new.name, new)
@@ -181,15 +180,15 @@ def test_a_kill_between_commit_and_index_update_never_serves_a_stale_index(tmp_p
     st, folder = _open(settings)
     live = [r.doc_id for r in st.documents()]
     assert {r.name for r in st.documents()} == {"ai-osi-stack-mutual-nda.md", "cnli_dev_019.pdf"}
-    assert bm25.BM25Index.load(folder).fp == saved_fp != bm25.fingerprint(live)  # what is on disk is stale
-    ix = bm25.open_index(st, folder, live)  # ... and is not what a reader uses
+    assert lexical.BM25Index.load(folder).fp == saved_fp != lexical.fingerprint(live)  # what is on disk is stale
+    ix = lexical.open_index(st, folder, live)  # ... and is not what a reader uses
     _assert_equals_scratch(st, ix)
     assert ix.search("Manitoba", 3)  # the committed document is searchable at once
 
     report = ingest([corpus], settings)  # nothing to ingest: the index is brought up to date
     assert report.unchanged == 2 and report.added == 0
     st, folder = _open(settings)
-    _assert_equals_scratch(st, bm25.BM25Index.load(folder))
+    _assert_equals_scratch(st, lexical.BM25Index.load(folder))
 
 
 def test_a_kill_between_chunk_write_and_commit_leaves_nothing_behind(tmp_path):
@@ -205,13 +204,13 @@ def test_a_kill_between_chunk_write_and_commit_leaves_nothing_behind(tmp_path):
     live = {r.doc_id for r in st.documents()}
     orphans = {m["doc_id"] for m in st.col.get(include=["metadatas"])["metadatas"]} - live
     assert len(orphans) == 1 and st.sidecars.doc_ids() - live == orphans  # the crash left them ...
-    ix = bm25.open_index(st, folder, sorted(live))
+    ix = lexical.open_index(st, folder, sorted(live))
     assert not any(i.rpartition(":")[0] in orphans for i in ix.ids)  # ... invisible to readers
     ingest([corpus], settings)  # the next writer's gc removes them (from its journal, no full scan)
     st, folder = _open(settings)
     assert {m["doc_id"] for m in st.col.get(include=["metadatas"])["metadatas"]} == live
     assert st.sidecars.doc_ids() == live
-    _assert_equals_scratch(st, bm25.BM25Index.load(folder))
+    _assert_equals_scratch(st, lexical.BM25Index.load(folder))
 
 
 def test_readers_during_writes_see_only_live_chunks(tmp_path):
@@ -230,8 +229,8 @@ def test_readers_during_writes_see_only_live_chunks(tmp_path):
             try:
                 def read(records):
                     live = [r.doc_id for r in records]
-                    ix = bm25.open_index(st, folder, live)
-                    return set(live), [i for q in QUERIES for i, _ in ix.search(q, 20)], ix.fp == bm25.fingerprint(live)
+                    ix = lexical.open_index(st, folder, live)
+                    return set(live), [i for q in QUERIES for i, _ in ix.search(q, 20)], ix.fp == lexical.fingerprint(live)
 
                 live, hits, fp_ok = st.read_consistent(read)
                 if live == {r.doc_id for r in st.documents()}:  # one version throughout

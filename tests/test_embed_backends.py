@@ -118,7 +118,7 @@ def test_length_sorted_batches_restore_the_order(cache, texts):
 
 
 def test_onnx_export_is_reproducible_cached_and_checked(tmp_path, cache, texts):
-    from ragkit import embed_onnx
+    from ragkit.embed import onnx as onnx_module
 
     e = load_embedder(_settings(cache, backend="onnx", precision="int8"))
     e.embed_query("warm")  # exported into the module's cache
@@ -126,19 +126,19 @@ def test_onnx_export_is_reproducible_cached_and_checked(tmp_path, cache, texts):
     manifest = json.loads((first.parent / "manifest.json").read_text())
     assert first.parent.parent == cache / "onnx" and first.parent.name.startswith(manifest["weights_sha256"][:32])
     # a fresh cache: the same installed packages write byte-identical files
-    other = embed_onnx.ensure_onnx(e.path, tmp_path, "int8")
+    other = onnx_module.ensure_onnx(e.path, tmp_path, "int8")
     again = json.loads((other.parent / "manifest.json").read_text())
     assert again == manifest
     from ragkit.models import sha256_file
     assert sha256_file(other) == sha256_file(first) == manifest["model-int8.onnx"]["sha256"]
     # cached: a second call exports nothing
     stamp = other.stat().st_mtime_ns
-    assert embed_onnx.ensure_onnx(e.path, tmp_path, "int8") == other and other.stat().st_mtime_ns == stamp
+    assert onnx_module.ensure_onnx(e.path, tmp_path, "int8") == other and other.stat().st_mtime_ns == stamp
     # a damaged cached file is rebuilt from the weights, never loaded
     with open(other, "r+b") as f:
         f.seek(4096)
         f.write(b"\0" * 64)
-    rebuilt = embed_onnx.ensure_onnx(e.path, tmp_path, "int8")
+    rebuilt = onnx_module.ensure_onnx(e.path, tmp_path, "int8")
     assert sha256_file(rebuilt) == manifest["model-int8.onnx"]["sha256"]
 
 

@@ -32,7 +32,7 @@ from serve_fixture import free_port
 
 from ragkit.config import load_settings
 from ragkit.embed import load_embedder
-from ragkit.embed_openai import EmbedderError, EmbedderUnreachable
+from ragkit.embed.openai import EmbedderError, EmbedderUnreachable
 from ragkit.errors import StoreError
 
 SERVED = "all-MiniLM-L6-v2"

@@ -1,5 +1,5 @@
 """Logic tests on the library's fakes, and they say so: `ragkit.generate.function.FunctionGenerator`
-(the answer is what a Python function returns for the prompt) and `ragkit.embed_hash.HashEmbedder`
+(the answer is what a Python function returns for the prompt) and `ragkit.embed.hash.HashEmbedder`
 (word hashing, no model), over the real sample NDAs in a real Chroma store with the real
 BM25 index. They check what an answer *is* once a model has written it (supported,
 unverified, not_found; the stream ends as the non-streamed answer) in seconds, with no

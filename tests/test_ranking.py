@@ -7,9 +7,9 @@ import pytest
 from conftest import make_settings
 
 from ragkit.ingest import ingest
-from ragkit.retrieve import bm25, retrieve
+from ragkit.retrieve import retrieve
 from ragkit.retrieve.rank import drop_near_duplicates, unit_rank, units
-from ragkit.store import Hit
+from ragkit.store import Hit, lexical
 
 # An NDA written for these tests (Markdown: each heading is a section title, not body text):
 # the clause titled "Return or Destruction" never says "return" or "destroy" in its body
@@ -80,10 +80,10 @@ def test_heading_only_match_ranks_the_titled_clause_first(titled_store):
 def test_bm25_indexes_the_heading_as_a_field():
     meta = {"section": "MUTUAL NON-DISCLOSURE AGREEMENT > 4. Return or Destruction"}
     body = "the Recipient shall deliver up all documents"
-    toks = bm25.tokenize(bm25.index_text(body, meta))
+    toks = lexical.tokenize(lexical.index_text(body, meta))
     # the deepest heading weighs more than a word of the path above it
-    assert toks.count(bm25.tokenize("destruction")[0]) > toks.count(bm25.tokenize("mutual")[0]) >= 1
-    assert bm25.index_text(body, {}) == body
+    assert toks.count(lexical.tokenize("destruction")[0]) > toks.count(lexical.tokenize("mutual")[0]) >= 1
+    assert lexical.index_text(body, {}) == body
 
 
 def test_sentence_match_returns_its_whole_clause(titled_store):
@@ -127,8 +127,8 @@ def test_words_outside_a_to_z_are_searchable(titled_store, question, doc, word):
     from ragkit.store import open_store
 
     st = open_store(ix_settings, load_embedder(ix_settings), create=False)
-    folder = bm25.index_dir(ix_settings.store, ix_settings.store_url, ix_settings.collection, ix_settings.cache_dir)
-    ix = bm25.open_index(st, folder, [r.doc_id for r in st.documents()])
+    folder = lexical.index_dir(ix_settings.store, ix_settings.store_url, ix_settings.collection, ix_settings.cache_dir)
+    ix = lexical.open_index(st, folder, [r.doc_id for r in st.documents()])
     hits = ix.search(question, 3)
     assert hits, f"BM25 found nothing for {question!r}"
     got = st.col.get(ids=[hits[0][0]], include=["documents"])["documents"][0]
@@ -136,7 +136,7 @@ def test_words_outside_a_to_z_are_searchable(titled_store, question, doc, word):
 
 
 def test_tokenizer_stems_and_keeps_other_scripts():
-    t = bm25.tokenize
+    t = lexical.tokenize
     assert t("obligations")[0] == t("obligation")[0] == t("obligated")[0][: len(t("obligation")[0])]
     assert t("confidentiality") == t("confidential")
     assert t("Конфиденциальной") == t("конфиденциальная")  # Russian stemmer, case folded

@@ -22,8 +22,7 @@ from conftest import CORPORA, ROOT, make_settings
 from ragkit.embed import load_embedder
 from ragkit.errors import StoreError
 from ragkit.ingest import ingest
-from ragkit.retrieve import bm25
-from ragkit.store import open_store
+from ragkit.store import lexical, open_store
 
 
 def snapshot(settings) -> dict:
@@ -33,8 +32,8 @@ def snapshot(settings) -> dict:
     live = {r.doc_id for r in recs}
     got = st.col.get(include=["metadatas", "embeddings"])
     ids = list(got["ids"])
-    folder = bm25.index_dir(settings.store, None, settings.collection, settings.cache_dir)
-    ix = bm25.BM25Index.load(folder)
+    folder = lexical.index_dir(settings.store, None, settings.collection, settings.cache_dir)
+    ix = lexical.BM25Index.load(folder)
     return {
         # the embedding cache's state: each record's key (its text's hash) and vector
         "text_hash": {i: m.get("text_hash") for i, m in zip(ids, got["metadatas"])},
@@ -44,7 +43,7 @@ def snapshot(settings) -> dict:
         "duplicates": len(ids) - len(set(ids)),
         "orphans": sorted({m["doc_id"] for m in got["metadatas"] if m["doc_id"] not in live}),
         "bm25_ids": sorted(ix.ids) if ix else None,
-        "bm25_fp_ok": bool(ix) and ix.fp == bm25.fingerprint(sorted(live)),
+        "bm25_fp_ok": bool(ix) and ix.fp == lexical.fingerprint(sorted(live)),
     }
 
 

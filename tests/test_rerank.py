@@ -285,7 +285,7 @@ def test_a_clause_that_shares_no_word_with_the_question_ranks_first_with_the_rer
     ranks them below others; the cross-encoder reads the question with each passage and
     puts the clause's chunk first, with the shipped pool and weight. Without it the chunk is
     not first (the difference the stage makes)."""
-    from ragkit.retrieve.bm25 import tokenize
+    from ragkit.store.lexical import tokenize
 
     assert not set(tokenize(question)) & set(tokenize(clause))
     doc = "cnli_dev_019.pdf"

@@ -17,9 +17,8 @@ from conftest import CORPORA, make_settings
 
 from ragkit.embed import load_embedder
 from ragkit.ingest import ingest
-from ragkit.retrieve import bm25
 from ragkit.retrieve.search import hybrid_search
-from ragkit.store import open_store
+from ragkit.store import lexical, open_store
 
 QUESTIONS = [
     "How long does the confidentiality obligation last?",
@@ -71,8 +70,8 @@ def test_one_document_search_is_the_unrestricted_search_filtered(store3):
     emb = load_embedder(settings)
     st = open_store(settings, emb, create=False)
     records = st.documents()
-    folder = bm25.index_dir(settings.store, None, settings.collection, settings.cache_dir)
-    lexical = bm25.open_index(st, folder, [r.doc_id for r in records])
+    folder = lexical.index_dir(settings.store, None, settings.collection, settings.cache_dir)
+    index = lexical.open_index(st, folder, [r.doc_id for r in records])
     got = st.col.get(include=["embeddings"])
     all_ids = list(got["ids"])
     allv = np.asarray(got["embeddings"])
@@ -88,12 +87,12 @@ def test_one_document_search_is_the_unrestricted_search_filtered(store3):
             assert [i for i, _ in hits] == want, (q, r.name)
             assert [s for _, s in hits] == pytest.approx([float(exact[all_ids.index(i)]) for i in want], abs=1e-5)
             assert [i for i in chroma if i.startswith(r.doc_id + ":")][:5] == want  # Chroma agrees
-            full = [i for i, _ in lexical.search(q, len(all_ids)) if i.startswith(r.doc_id + ":")][:5]
-            assert [i for i, _ in lexical.search(q, 5, [r.doc_id])] == full
-            one = hybrid_search(st, q, qv, [r], 8, lexical=lexical)
+            full = [i for i, _ in index.search(q, len(all_ids)) if i.startswith(r.doc_id + ":")][:5]
+            assert [i for i, _ in index.search(q, 5, [r.doc_id])] == full
+            one = hybrid_search(st, q, qv, [r], 8, lexical=index)
             dense8 = [i for i in ranked if i.startswith(r.doc_id + ":")][:8]
-            lex8 = [i for i, _ in lexical.search(q, len(all_ids)) if i.startswith(r.doc_id + ":")][:8]
-            assert [h.id for h in one] == [i for i, _ in bm25.rrf([dense8, lex8])][:8]
+            lex8 = [i for i, _ in index.search(q, len(all_ids)) if i.startswith(r.doc_id + ":")][:8]
+            assert [h.id for h in one] == [i for i, _ in lexical.rrf([dense8, lex8])][:8]
 
 
 def test_a_store_without_sidecars_answers_the_same_and_gets_them(store3, tmp_path):

@@ -49,7 +49,7 @@ def test_non_loopback_bind_needs_a_token(host):
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.3.2.1", "::1", "[::1]", "localhost"])
 def test_loopback_bind_needs_no_token(host):
-    from ragkit.serve.app import is_loopback_host
+    from ragkit.serve.guard import is_loopback_host
 
     assert is_loopback_host(host.strip("[]"))
     check_bind(host, None)  # raises UsageError when it refuses

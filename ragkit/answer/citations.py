@@ -124,7 +124,7 @@ def content_words(text: str) -> set[str]:
     """Stemmed content words: English stopwords dropped (bm25s's list, as retrieval
     uses), words of three letters or more and numbers of two digits or more
     ("confidential" and "confidentiality" are one word)."""
-    from ragkit.retrieve.bm25 import tokenize
+    from ragkit.store.lexical import tokenize
 
     words = [w for w in tokenize(text) if (len(w) >= 3 and not w.isdigit()) or (w.isdigit() and len(w) >= 2)]
     return set(words)  # tokenize already stems with Snowball (stemming twice is not idempotent)

@@ -33,7 +33,7 @@ LEXICAL_WEIGHT = 0.3  # the best word match adds this much to a sentence's cosin
 def _words(text: str) -> set[str]:
     """The text's words as the lexical index reads them: stemmed with Snowball ("independently
     developed" ~ "independent development")."""
-    from ragkit.retrieve.bm25 import tokenize
+    from ragkit.store.lexical import tokenize
 
     return set(tokenize(text))  # tokenize already stems (Snowball); stemming twice is not idempotent ("agree" -> "agr")
 
@@ -121,7 +121,7 @@ _QUESTION_WORDS = ("which what where when who whom whose how why whether must sh
 
 
 def _frame_words() -> set[str]:
-    from ragkit.retrieve.bm25 import tokenize
+    from ragkit.store.lexical import tokenize
 
     return _FRAME_WORDS | set(tokenize(_QUESTION_WORDS)) | set(_QUESTION_WORDS.split())
 

@@ -16,7 +16,7 @@ from ragkit.errors import RagkitError, UsageError
 
 def check_bind(host: str, token: str | None) -> None:
     """Refuse to serve on anything but loopback without a token (UsageError, exit 2)."""
-    from ragkit.serve.app import is_loopback_host
+    from ragkit.serve.guard import is_loopback_host
 
     if token is not None and not token.strip():
         raise UsageError("the token is empty", hint="pass --token TOKEN or set RAGKIT_SERVE__TOKEN")

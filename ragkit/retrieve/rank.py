@@ -58,7 +58,7 @@ def unit_rank(question: str, qvec: list[float] | None, ranked: list[Hit], pool: 
     first, each Hit scored by the fused score."""
     import numpy as np
 
-    from ragkit.retrieve.bm25 import tokenize
+    from ragkit.store.lexical import tokenize
 
     if not pool:
         return ranked

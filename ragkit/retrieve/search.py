@@ -82,7 +82,7 @@ def hybrid_search(
     """Dense (Chroma) and BM25 rankings fused by reciprocal rank fusion. With `per_doc`,
     each document is searched on its own and the fused lists interleaved by rank, so
     every named document is represented."""
-    from ragkit.retrieve.bm25 import rrf
+    from ragkit.store.lexical import rrf
 
     groups = [[d] for d in docs] if (per_doc and len(docs) > 1) else [docs]
     all_live = not per_doc and all_docs

@@ -10,8 +10,7 @@
 
 The app holds no pipeline logic: a request becomes one `ragkit.answer.ask.ask` call on the
 loaded generator, in a worker thread, one at a time (`ServeState.run_generation`).
-The names other modules import from here (`Guard`, `is_loopback_host`, `ApiError`,
-`citation_json`...) are re-exported from the modules that define them.
+It exports `create_app` alone: each other name is imported from the module that defines it.
 """
 
 from __future__ import annotations
@@ -21,40 +20,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from ragkit.config import Settings
-from ragkit.serve.errors import ApiError, BodyTooLarge, error_for, install_error_handlers
+from ragkit.serve.errors import install_error_handlers
 from ragkit.serve.guard import Guard, is_loopback_host
-from ragkit.serve.openai_api import (
-    MODEL_ALL,
-    MODEL_PREFIX,
-    SOURCES_HEAD,
-    ChatRequest,
-    ContentPart,
-    Events,
-    Message,
-    StreamOptions,
-    citation_json,
-    claims_json,
-    content_text,
-    docs_for,
-    finish_reason,
-    fit_context,
-    message_text,
-    ragkit_json,
-    router,
-    sources_text,
-    split_messages,
-    start_answer,
-    strip_sources,
-    usage_json,
-)
+from ragkit.serve.openai_api import router
 from ragkit.serve.state import ServeState
 
-__all__ = [
-    "MODEL_ALL", "MODEL_PREFIX", "SOURCES_HEAD", "ApiError", "BodyTooLarge", "ChatRequest", "ContentPart", "Events",
-    "Guard", "Message", "StreamOptions", "citation_json", "claims_json", "content_text", "create_app", "docs_for",
-    "error_for", "finish_reason", "fit_context", "install_error_handlers", "is_loopback_host", "message_text",
-    "ragkit_json", "sources_text", "split_messages", "start_answer", "strip_sources", "usage_json",
-]
+__all__ = ["create_app"]
 
 
 def create_app(settings: Settings, *, token: str | None = None, max_queue: int = 4, preload: bool = True,

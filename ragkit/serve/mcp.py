@@ -16,7 +16,7 @@ object). A bad argument is a tool error (`isError`) with a message; the server g
 Resources: one per document, `ragkit://doc/{doc_id}` (its whole text), and the template
 `ragkit://doc/{doc_id}/page/{n}` (one page's text), read from the store's records only.
 
-Over HTTP the app sits behind `ragkit.serve.app.Guard`, the one `ragkit serve` uses:
+Over HTTP the app sits behind `ragkit.serve.guard.Guard`, the one `ragkit serve` uses:
 loopback Host names only on a loopback bind (DNS rebinding), no cross-origin browser
 requests, the bearer token on everything but GET /health, the body size limit. The SDK's
 own Host/Origin check is left off, so the rules are exactly serve's.
@@ -200,7 +200,7 @@ def http_app(server: RagkitMCP, state, *, host: str, token: str | None):
     from starlette.requests import Request
     from starlette.responses import JSONResponse
 
-    from ragkit.serve.app import Guard, is_loopback_host
+    from ragkit.serve.guard import Guard, is_loopback_host
 
     @server.custom_route("/health", methods=["GET"])
     async def health(request: Request) -> JSONResponse:
