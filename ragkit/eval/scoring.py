@@ -83,51 +83,86 @@ def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float, *, retrieval
     if rec is None or rec.get("status", "ok") != "ok":
         return _miss_row(item, rec, rate_tok_s, retrieval_only)
     row: dict = {"id": item.id, "question": item.question, "doc": item.doc, "tags": item.tags, "status": "ok"}
-    ctxs = rec.get("contexts", [])
-    ranked = sorted(ctxs, key=lambda c: c.get("rank", c.get("n", 0)))
+    contexts = rec.get("contexts", [])
+    ranked = sorted(contexts, key=lambda c: c.get("rank", c.get("n", 0)))
+    row.update(mode=rec.get("mode"), n_contexts=len(contexts))
+    row.update(_evidence_scores(item, ranked))
+    row.update(_source_scores(item, ranked, contexts))
+    row.update(_cost_fields(rec, ranked, rate_tok_s))
+    why = _retrieval_misses(item, row)
+    if not rec.get("retrieval_only") and rec.get("answer") is not None:  # the run generated an answer
+        answer = rec.get("answer") or ""
+        scores, misses = _label_scores(item, rec, answer) if item.label else _answer_scores(item, rec, answer)
+        row.update(scores)
+        why += misses
+        row.update(_citation_scores(item, rec, contexts))
+        row.update(M.claim_counts(rec.get("claims") or [], item.evidence_all or ([item.evidence] if item.evidence else [])))
+    row["failed"] = bool(why)
+    row["why"] = "; ".join(why)
+    return row
+
+
+def _evidence_spans(item: EvalItem) -> list[str]:
+    """Every annotated evidence span (ContractNLI marks several; `evidence` is the first in document order)."""
+    return [e for e in (item.evidence_all or []) if e] or ([item.evidence] if item.evidence else [])
+
+
+def _evidence_scores(item: EvalItem, ranked: list[dict]) -> dict:
+    """Where the gold evidence is among the ranked contexts: its rank (loose and strict, a
+    clause the chunker split included), and the prompt tokens through it."""
     texts = [c["text"] for c in ranked]
-    generating = not rec.get("retrieval_only") and rec.get("answer") is not None
-    answer = rec.get("answer") or ""
-    ev_rank = M.evidence_rank(item.evidence, texts)
-    ev_split = False
-    if item.evidence and ev_rank is None:  # a long clause the chunker split over adjacent chunks
-        ev_rank = M.evidence_rank_split(item.evidence, [{**c, "chunk_index": _chunk_index(c)} for c in ranked])
-        ev_split = ev_rank is not None
+    has_evidence = bool(item.evidence)
+    rank = M.evidence_rank(item.evidence, texts)
+    split = False
+    if item.evidence and rank is None:  # a long clause the chunker split over adjacent chunks
+        rank = M.evidence_rank_split(item.evidence, [{**c, "chunk_index": _chunk_index(c)} for c in ranked])
+        split = rank is not None
     # the strict rule (the headline): a contiguous run of 80% of the evidence in one source
     # (or in the joined text of consecutive chunks of one document, a clause the chunker split)
-    ev_strict = M.evidence_rank(item.evidence, texts, strict=True)
-    if item.evidence and ev_strict is None:
-        ev_strict = M.evidence_rank_split(item.evidence, [{**c, "chunk_index": _chunk_index(c)} for c in ranked], strict=True)
-    to_ev = M.tokens_through_rank([c.get("tokens") for c in ranked], ev_strict)
-    # any annotated span (ContractNLI marks several; `evidence` is the first in document order)
-    spans = [e for e in (item.evidence_all or []) if e] or ([item.evidence] if item.evidence else [])
-    any_ranks = [r for r in (M.evidence_rank(e, texts, strict=True) for e in spans) if r]
-    ev_any = min(any_ranks) if any_ranks else None
+    strict = M.evidence_rank(item.evidence, texts, strict=True)
+    if item.evidence and strict is None:
+        strict = M.evidence_rank_split(item.evidence, [{**c, "chunk_index": _chunk_index(c)} for c in ranked], strict=True)
+    tokens = [c.get("tokens") for c in ranked]
+    to_evidence = M.tokens_through_rank(tokens, strict)
+    any_ranks = [r for r in (M.evidence_rank(e, texts, strict=True) for e in _evidence_spans(item)) if r]
+    any_rank = min(any_ranks) if any_ranks else None
+    to_any = M.tokens_through_rank(tokens, any_rank)
+    return {
+        "evidence_in_context": (rank is not None) if item.evidence else None,
+        "evidence_rank": rank,
+        "evidence_split": split,
+        "rr": M.reciprocal_rank(rank) if item.evidence else None,
+        "evidence_strict": (strict is not None) if item.evidence else None,
+        "evidence_rank_strict": strict,
+        "rr_strict": M.reciprocal_rank(strict) if item.evidence else None,
+        "tokens_to_evidence": to_evidence,  # prompt tokens of the ranked sources through the evidence (strict)
+        "evidence_within_1000_tokens": M.within_tokens(to_evidence, 1000, has_evidence),
+        "evidence_within_2000_tokens": M.within_tokens(to_evidence, 2000, has_evidence),
+        "rr_strict_any_span": M.reciprocal_rank(any_rank) if item.evidence else None,
+        "any_span_within_1000_tokens": M.within_tokens(to_any, 1000, has_evidence),
+        "any_span_within_2000_tokens": M.within_tokens(to_any, 2000, has_evidence),
+    }
+
+
+def _source_scores(item: EvalItem, ranked: list[dict], contexts: list[dict]) -> dict:
+    """The gold page, the gold documents (a question over several) and the gold figures among the contexts."""
+    texts = [c["text"] for c in ranked]
     pages = [(c.get("page"), c.get("page_end")) for c in ranked]
-    row.update({
-        "mode": rec.get("mode"),
-        "n_contexts": len(ctxs),
-        "evidence_in_context": (ev_rank is not None) if item.evidence else None,
-        "evidence_rank": ev_rank,
-        "evidence_split": ev_split,
-        "rr": M.reciprocal_rank(ev_rank) if item.evidence else None,
-        "evidence_strict": (ev_strict is not None) if item.evidence else None,
-        "evidence_rank_strict": ev_strict,
-        "rr_strict": M.reciprocal_rank(ev_strict) if item.evidence else None,
-        "tokens_to_evidence": to_ev,  # prompt tokens of the ranked sources through the evidence (strict)
-        "evidence_within_1000_tokens": M.within_tokens(to_ev, 1000, bool(item.evidence)),
-        "evidence_within_2000_tokens": M.within_tokens(to_ev, 2000, bool(item.evidence)),
-        "rr_strict_any_span": M.reciprocal_rank(ev_any) if item.evidence else None,
-        "any_span_within_1000_tokens": M.within_tokens(M.tokens_through_rank([c.get("tokens") for c in ranked], ev_any),
-                                                       1000, bool(item.evidence)),
-        "any_span_within_2000_tokens": M.within_tokens(M.tokens_through_rank([c.get("tokens") for c in ranked], ev_any),
-                                                       2000, bool(item.evidence)),
+    figures = item.answerable and not item.label
+    return {
         "page_hit": M.page_hit(item.page, pages),
         "page_hit_at_1": M.page_hit(item.page, pages, 1),
         "page_hit_at_3": M.page_hit(item.page, pages, 3),
-        "doc_recall": M.doc_recall(item.sources(), [c["doc"] for c in ctxs]) if not item.doc else None,
-        "answer_numbers_in_context": M.answer_numbers_in_context(item.answers, texts) if item.answerable and not item.label else None,
-        "gold_figure_at_5": M.gold_figure_in(item.answers, texts[:5]) if item.answerable and not item.label else None,
+        "doc_recall": M.doc_recall(item.sources(), [c["doc"] for c in contexts]) if not item.doc else None,
+        "answer_numbers_in_context": M.answer_numbers_in_context(item.answers, texts) if figures else None,
+        "gold_figure_at_5": M.gold_figure_in(item.answers, texts[:5]) if figures else None,
+    }
+
+
+def _cost_fields(rec: dict, ranked: list[dict], rate_tok_s: float) -> dict:
+    """What the answer cost (tokens, the projected prefill, the stage timings), the answer
+    and where its top context is: the fields a question never answered has none of (_COST_KEYS)."""
+    return {
         "prompt_tokens": rec.get("prompt_tokens"),
         "cached_tokens": rec.get("cached_tokens"),
         "completion_tokens": rec.get("completion_tokens"),
@@ -135,11 +170,15 @@ def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float, *, retrieval
         "timings": rec.get("timings", {}),
         "answer": rec.get("answer"),
         "top_context": _where(ranked[0]) if ranked else None,
-    })
+    }
+
+
+def _retrieval_misses(item: EvalItem, row: dict) -> list[str]:
+    """Why the retrieval scores in `row` count as a miss, one reason each."""
     why: list[str] = []
-    if item.evidence and ev_rank is None:
+    if item.evidence and row["evidence_rank"] is None:
         why.append("evidence not retrieved")
-    elif item.evidence and ev_strict is None:
+    elif item.evidence and row["evidence_rank_strict"] is None:
         why.append("evidence only as scattered words (strict rule)")
     if row["page_hit"] is False:
         why.append("page not retrieved")
@@ -147,64 +186,76 @@ def score_item(item: EvalItem, rec: dict | None, rate_tok_s: float, *, retrieval
         why.append(f"source documents retrieved {row['doc_recall']:.0%}")
     if row["answer_numbers_in_context"] == 0:
         why.append("no answer figure in context")
-    if generating:
-        if item.label:
-            pred = M.nli_label(answer)
-            row.update(nli_gold=item.label, nli_pred=pred)
-            if rec.get("quote") is not None:
-                q = rec["quote"]
-                spans = item.evidence_all or ([item.evidence] if item.evidence else [])
-                # headline: the quote the cell shows; a cell judged "not on point" shows none, so it
-                # is a miss when there was evidence. passage_has_evidence also counts the
-                # closest passage kept beside it (did retrieval find the clause at all)
-                row.update(quote=q.get("text"), quote_has_evidence=M.quote_matches_evidence(q.get("text"), spans),
-                           passage_has_evidence=M.quote_matches_evidence(q.get("text") or q.get("closest"), spans),
-                           nli_confidence=q.get("confidence"))
-            if pred != item.label:
-                why.append(f"NLI {pred or 'unparsed'} != {item.label}")
-        else:
-            should = not item.answerable
-            outcome = M.outcome_of(rec)
-            # abstained: the documents do not say (not_found); an unverified answer is no refusal
-            row.update(should_abstain=should, abstained=outcome == "not_found", answer_outcome=outcome)
-            passages = [p.get("quote") or "" for p in rec.get("passages") or []]
-            spans = [e for e in (item.evidence_all or []) if e] or ([item.evidence] if item.evidence else [])
-            if item.answerable:
-                # the gold evidence (or a gold answer) among the passages an unverified answer shows
-                gold_shown = bool(passages) and (
-                    any(M.quote_matches_evidence(q, spans) for q in passages) if spans
-                    else bool(M.answer_match(" ".join(passages), item.answers, "any")))
-                row["unverified_with_evidence"] = outcome == "unverified" and gold_shown
-                row["wrongly_refused"] = outcome != "supported" and not row["unverified_with_evidence"]
-            if item.answerable and item.answers:
-                clean = M.answer_body(answer)
-                row["answer_match"] = M.answer_match(clean, item.answers, item.answers_mode)
-                row["token_f1"] = M.token_f1(clean, item.answers)
-                # the answer, or the quote it shows (a quoted or unverified answer), holds a gold clause
-                row["answer_or_quote_match"] = bool(row["answer_match"]) or any(
-                    M.quote_matches_evidence(q, [a for a in item.answers if len(a.split()) >= 4] + spans) for q in passages)
-                if row["answer_match"] is False:
-                    why.append("answer does not match")
-            if should != row["abstained"]:
-                why.append("should have abstained" if should else "abstained wrongly")
-            elif row.get("wrongly_refused"):
-                why.append(f"answerable, outcome {outcome} without the gold evidence")
-        # a citation the model marked [n] is scored apart from one ragkit inferred from
-        # the answer's wording (the model gave no marker): an inferred citation is never
-        # counted as precise
-        by_n = {c["n"]: c["text"] for c in ctxs}
-        cites = [c for c in rec.get("citations", []) if c.get("n") in by_n]
-        marked = [by_n[c["n"]] for c in cites if not c.get("inferred")]
-        inferred = [by_n[c["n"]] for c in cites if c.get("inferred")]
-        prec, valid = M.citation_scores(marked, item.evidence)
-        row.update(citation_precision=prec, valid_citation=valid, n_citations=len(marked),
-                   n_inferred_citations=len(inferred),
-                   inferred_citation_precision=M.citation_scores(inferred, item.evidence)[0],
-                   invalid_citations=len(rec.get("invalid_citations", [])))
-        row.update(M.claim_counts(rec.get("claims") or [], item.evidence_all or ([item.evidence] if item.evidence else [])))
-    row["failed"] = bool(why)
-    row["why"] = "; ".join(why)
-    return row
+    return why
+
+
+def _label_scores(item: EvalItem, rec: dict, answer: str) -> tuple[dict, list[str]]:
+    """A labelled (NLI) question: the label the answer names, and the quote its cell shows
+    against the evidence; with why it is a miss."""
+    pred = M.nli_label(answer)
+    scores = {"nli_gold": item.label, "nli_pred": pred}
+    quote = rec.get("quote")
+    if quote is not None:
+        spans = item.evidence_all or ([item.evidence] if item.evidence else [])
+        # headline: the quote the cell shows; a cell judged "not on point" shows none, so it
+        # is a miss when there was evidence. passage_has_evidence also counts the
+        # closest passage kept beside it (did retrieval find the clause at all)
+        scores.update(quote=quote.get("text"), quote_has_evidence=M.quote_matches_evidence(quote.get("text"), spans),
+                      passage_has_evidence=M.quote_matches_evidence(quote.get("text") or quote.get("closest"), spans),
+                      nli_confidence=quote.get("confidence"))
+    misses = [f"NLI {pred or 'unparsed'} != {item.label}"] if pred != item.label else []
+    return scores, misses
+
+
+def _answer_scores(item: EvalItem, rec: dict, answer: str) -> tuple[dict, list[str]]:
+    """A question answered in words: the outcome against whether it should abstain, and the
+    answer (or the passages it shows) against the gold answers; with why it is a miss."""
+    should = not item.answerable
+    outcome = M.outcome_of(rec)
+    # abstained: the documents do not say (not_found); an unverified answer is no refusal
+    scores = {"should_abstain": should, "abstained": outcome == "not_found", "answer_outcome": outcome}
+    passages = [p.get("quote") or "" for p in rec.get("passages") or []]
+    spans = _evidence_spans(item)
+    misses: list[str] = []
+    if item.answerable:
+        scores["unverified_with_evidence"] = outcome == "unverified" and _gold_shown(item, passages, spans)
+        scores["wrongly_refused"] = outcome != "supported" and not scores["unverified_with_evidence"]
+    if item.answerable and item.answers:
+        clean = M.answer_body(answer)
+        scores["answer_match"] = M.answer_match(clean, item.answers, item.answers_mode)
+        scores["token_f1"] = M.token_f1(clean, item.answers)
+        # the answer, or the quote it shows (a quoted or unverified answer), holds a gold clause
+        scores["answer_or_quote_match"] = bool(scores["answer_match"]) or any(
+            M.quote_matches_evidence(q, [a for a in item.answers if len(a.split()) >= 4] + spans) for q in passages)
+        if scores["answer_match"] is False:
+            misses.append("answer does not match")
+    if should != scores["abstained"]:
+        misses.append("should have abstained" if should else "abstained wrongly")
+    elif scores.get("wrongly_refused"):
+        misses.append(f"answerable, outcome {outcome} without the gold evidence")
+    return scores, misses
+
+
+def _gold_shown(item: EvalItem, passages: list[str], spans: list[str]) -> bool:
+    """The gold evidence (or, with no evidence spans, a gold answer) among the passages an unverified answer shows."""
+    return bool(passages) and (
+        any(M.quote_matches_evidence(q, spans) for q in passages) if spans
+        else bool(M.answer_match(" ".join(passages), item.answers, "any")))
+
+
+def _citation_scores(item: EvalItem, rec: dict, contexts: list[dict]) -> dict:
+    """The answer's citations against the evidence: a citation the model marked [n] is
+    scored apart from one ragkit inferred from the answer's wording (the model gave no
+    marker): an inferred citation is never counted as precise."""
+    by_n = {c["n"]: c["text"] for c in contexts}
+    cites = [c for c in rec.get("citations", []) if c.get("n") in by_n]
+    marked = [by_n[c["n"]] for c in cites if not c.get("inferred")]
+    inferred = [by_n[c["n"]] for c in cites if c.get("inferred")]
+    precision, valid = M.citation_scores(marked, item.evidence)
+    return {"citation_precision": precision, "valid_citation": valid, "n_citations": len(marked),
+            "n_inferred_citations": len(inferred),
+            "inferred_citation_precision": M.citation_scores(inferred, item.evidence)[0],
+            "invalid_citations": len(rec.get("invalid_citations", []))}
 
 
 def _agg(rows: list[dict]) -> dict:
