@@ -211,7 +211,7 @@ class RetrieveSettings(BaseModel):
 
 
 class GeneratorSettings(BaseModel):
-    # function: generator.model is "package.module:callable" (prompt -> answer), no weights (ragkit/generate/function.py)
+    # function: generator.model is "package.module:callable" (prompt -> answer), no weights (ragkit/generate/python_function.py)
     backend: Literal["llama_cpp", "openai", "function"] = "llama_cpp"
     model: str = Field("qwen2.5-coder-0.5b", description="registry name or a path to a GGUF (first shard of a split)")
     chat_template: str | None = Field(

@@ -85,7 +85,7 @@ class Session:
                     self._embedder = self._parent["embedder"].embedder
                 else:
                     from ragkit.embed import load_embedder
-                    from ragkit.embed.memo import MemoEmbedder
+                    from ragkit.embed.remembering import MemoEmbedder
 
                     self._embedder = MemoEmbedder(load_embedder(self.settings))
             return self._embedder

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragkit.ingest.model import Block, Chunk
+from ragkit.ingest.blocks import Block, Chunk
 from ragkit.ingest.sections import build_sections, chunk_sections
 
 

@@ -177,16 +177,16 @@ def test_document_mode_scores_labels_on_the_shared_document_prefix(nda_store):
 def test_compare_flags_figures_with_the_shared_claims_check():
     """One mechanism for ask, chat, compare and serve, defined once: compare's figure check
     (the name `ragkit.compare` exports and the one `check_item` calls) is
-    ragkit.answer.figures.unsupported_figures itself, not a second function around it (a
+    ragkit.answer.numbers.unsupported_figures itself, not a second function around it (a
     month the document never names is flagged, as in ask)."""
     from types import SimpleNamespace as C
 
     import ragkit.answer.claims
-    import ragkit.answer.figures
-    import ragkit.compare.label
+    import ragkit.answer.numbers
+    import ragkit.compare.item_label
 
-    shared = ragkit.answer.figures.unsupported_figures
-    assert unsupported_figures is shared and ragkit.compare.label.unsupported_figures is shared
+    shared = ragkit.answer.numbers.unsupported_figures
+    assert unsupported_figures is shared and ragkit.compare.item_label.unsupported_figures is shared
     assert ragkit.answer.claims.unsupported_figures is shared
     ctx = [C(text="1. Term. This NDA starts on the Effective Date, 1 January 2024, and lasts two (2) years.")]
     assert unsupported_figures("The NDA started on 1 March 2024.", ctx) != []

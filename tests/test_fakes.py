@@ -1,4 +1,4 @@
-"""Logic tests on the library's fakes, and they say so: `ragkit.generate.function.FunctionGenerator`
+"""Logic tests on the library's fakes, and they say so: `ragkit.generate.python_function.FunctionGenerator`
 (the answer is what a Python function returns for the prompt) and `ragkit.embed.hash.HashEmbedder`
 (word hashing, no model), over the real sample NDAs in a real Chroma store with the real
 BM25 index. They check what an answer *is* once a model has written it (supported,
@@ -42,7 +42,7 @@ def fake(tmp_path_factory):
 
 def _ask(settings, question, answer, docs=(BONTERMS,)):
     from ragkit.answer.ask import ask
-    from ragkit.generate.function import FunctionGenerator
+    from ragkit.generate.python_function import FunctionGenerator
 
     gen = FunctionGenerator(lambda prompt: answer)
     return ask(question, settings, list(docs), generator=gen), gen

@@ -38,7 +38,7 @@ def test_base_imports_no_implementation():
     from ragkit.generate.factory import BACKENDS
 
     implementations = {target.partition(":")[0] for target in BACKENDS.values()}
-    assert implementations == {"ragkit.generate.llama", "ragkit.generate.openai_compat", "ragkit.generate.function"}
+    assert implementations == {"ragkit.generate.llama", "ragkit.generate.openai_compat", "ragkit.generate.python_function"}
     imported = _imported_modules(BASE)
     engines = {"llama_cpp", "openai", "httpx", "httpx2"}
     bad = {m for m in imported

@@ -106,7 +106,7 @@ def test_truncated_and_non_first_shards_are_named(tiny_kimi, tmp_path):
 
 def _override_lines(model: Path, **generator) -> tuple[list[str], str]:
     from ragkit.generate.llama import LlamaCppGenerator
-    from ragkit.generate.overrides import capture_llama_log
+    from ragkit.generate.llama_params import capture_llama_log
 
     cfg = kimi_settings(model, verbose=True, **generator).generator
     with capture_llama_log() as log:
@@ -145,7 +145,7 @@ def test_bad_override_is_a_config_error(tiny_kimi):
 
 def test_q8_kv_cache(tiny_kimi, tmp_path):
     from ragkit.generate.llama import LlamaCppGenerator
-    from ragkit.generate.overrides import capture_llama_log
+    from ragkit.generate.llama_params import capture_llama_log
 
     # the stand-in's latent (32 + 16 = 48) is not a multiple of q8_0's 32-element block:
     # llama.cpp would say only "Failed to create llama_context"
@@ -221,7 +221,7 @@ def test_doctor_json_sizes_match_the_files_and_llama_cpp(tiny_kimi, kimi_gen):
 
     # the same formula agrees with what llama.cpp allocated for the loaded generator (n_ctx 1024)
     from ragkit.generate.llama import LlamaCppGenerator
-    from ragkit.generate.overrides import capture_llama_log
+    from ragkit.generate.llama_params import capture_llama_log
 
     with capture_llama_log(forward=False) as log:
         g = LlamaCppGenerator(tiny_kimi, kimi_settings(tiny_kimi, n_ctx=1000).generator)

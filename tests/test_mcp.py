@@ -316,7 +316,7 @@ def test_a_page_resource_reads_a_breakable_hyphen_as_ingest_does(tmp_path):
 
     from ragkit.ingest import ingest
     from ragkit.serve.mcp_tools import RagkitTools
-    from ragkit.serve.state import ServeState
+    from ragkit.serve.server_state import ServeState
 
     src = next((SHARED / "cuad-10" / "pdf").glob("ENERGOUSCORP*"))
     pdf = tmp_path / "energous-page-7.pdf"

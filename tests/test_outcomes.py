@@ -45,7 +45,7 @@ def embedder(nda_store):
     ("It lasts one year.", "a one-year term"),
 ])
 def test_figures_read_with_text2num_are_supported(claim, source):
-    from ragkit.answer.figures import unsupported_figures
+    from ragkit.answer.numbers import unsupported_figures
 
     assert unsupported_figures(claim, source) == [], (claim, source)
 
@@ -59,7 +59,7 @@ def test_figures_read_with_text2num_are_supported(claim, source):
     ("It lasts 1 year", "Section 1. Term", ["1 year"]),  # a section number is no period
 ])
 def test_figures_the_source_lacks_are_named(claim, source, missing):
-    from ragkit.answer.figures import unsupported_figures
+    from ragkit.answer.numbers import unsupported_figures
 
     assert unsupported_figures(claim, source) == missing
 
@@ -94,7 +94,7 @@ def test_figures_the_source_lacks_are_named(claim, source, missing):
     ("$1.2 bn", [1.2e9]),
 ])
 def test_ranges_and_units_are_read_as_written(text, values):
-    from ragkit.answer.figures import extract_numbers
+    from ragkit.answer.numbers import extract_numbers
 
     assert [q.value for q in extract_numbers(text)] == values
 
@@ -102,7 +102,7 @@ def test_ranges_and_units_are_read_as_written(text, values):
 def test_a_range_and_a_distance_in_an_answer_are_supported_by_the_same_figures():
     """Through the check ask and compare use: the range's upper end is no -10,000 the
     source lacks, and "5 m" no 5,000,000."""
-    from ragkit.answer.figures import unsupported_figures
+    from ragkit.answer.numbers import unsupported_figures
 
     assert unsupported_figures("The fee is $5,000 - $10,000.", "a fee of between $5,000 and $10,000") == []
     assert unsupported_figures("It must stay within 5 m of the site.", "no closer than five (5) metres") == []
@@ -111,9 +111,9 @@ def test_a_range_and_a_distance_in_an_answer_are_supported_by_the_same_figures()
 
 
 def test_figures_are_the_pipelines_and_eval_reads_them_the_same_way():
-    """The pipeline does not import eval: the number helpers live in ragkit.answer.figures
+    """The pipeline does not import eval: the number helpers live in ragkit.answer.numbers
     and ragkit.eval.metrics takes them from there."""
-    import ragkit.answer.figures as F
+    import ragkit.answer.numbers as F
     import ragkit.eval.metrics as M
 
     assert M.extract_numbers is F.extract_numbers and M.same_number is F.same_number

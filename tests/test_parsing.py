@@ -81,7 +81,7 @@ def test_chunks_fit_the_embedder_and_repeat_the_section_path():
 
     emb = load_embedder(load_settings())
     long_clause = "5.2 Term. " + " ".join(f"Sentence {i} says the obligations continue for a while." for i in range(120))
-    from ragkit.ingest.model import Block
+    from ragkit.ingest.blocks import Block
 
     secs = build_sections([Block("ARTICLE 5 TERM"), Block(long_clause), Block("5.3 Notice. Short clause.")])
     chunks = chunk_sections(secs, emb.count_tokens, 128, 20)
@@ -97,7 +97,7 @@ def test_chunks_fit_the_embedder_and_repeat_the_section_path():
 def test_table_split_repeats_its_header():
     from ragkit.config import load_settings
     from ragkit.embed import load_embedder
-    from ragkit.ingest.model import Block
+    from ragkit.ingest.blocks import Block
 
     emb = load_embedder(load_settings())
     rows = "\n".join(f"| Product {i} | {i * 1000:,} | {i * 7}% |" for i in range(80))

@@ -127,7 +127,7 @@ def test_a_variant_shares_what_its_settings_did_not_change(session, nda_store):
 
 def test_serve_answers_through_its_one_session(nda_store):
     """The store serve lists documents from is the one `ask` reads (no second store)."""
-    from ragkit.serve.state import ServeState
+    from ragkit.serve.server_state import ServeState
 
     state = ServeState(nda_store)
     docs = state.documents()
@@ -178,7 +178,7 @@ def test_variants_share_the_reranker_the_parent_loads_when_they_first_need_it(nd
     variant of the server's session): the first variant's use loads it in the parent, and the
     parent and every later variant use that one."""
     from ragkit.serve.mcp_tools import RagkitTools
-    from ragkit.serve.state import ServeState
+    from ragkit.serve.server_state import ServeState
     from ragkit.session import Session
 
     parent = Session(nda_store)

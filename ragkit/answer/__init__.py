@@ -1,7 +1,7 @@
 """Answers: a prompt from `ragkit.retrieve` -> generation -> the answer checked against its
 sources. `ask.py` (the three outcomes), `chat.py` (a conversation over one KV cache),
 `citations.py` (the model's [n] markers), `claims.py` (each claim tied to the source
-sentence that supports it), `figures.py` (numbers, periods and amounts read and compared),
+sentence that supports it), `numbers.py` (numbers, periods and amounts read and compared),
 `passages.py` (the passages shown when an answer cannot be verified, and quoted answers).
 
     from ragkit.answer.ask import ask

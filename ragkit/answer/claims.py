@@ -12,7 +12,7 @@ sources in the prompt when
   threshold holds for every embedder (see `_calibrated`), and
 - every figure of the claim (number, date, period, amount, percentage) occurs in that
   sentence or the sentences beside it in the same source (`unsupported_figures`, read by
-  ragkit.answer.figures; the one check that ask, chat, compare and serve use).
+  ragkit.answer.numbers; the one check that ask, chat, compare and serve use).
 
 The citation shown is that sentence, with its document, page and section, not the whole
 chunk. A marker [n] the model wrote that points at a source which does not support its
@@ -112,10 +112,10 @@ def split_claims(answer: str) -> list[tuple[str, list[int]]]:
 
 
 # ------------------------------------------------------------------ figures and names
-# Figures are read by ragkit.answer.figures (text2num for spelled numbers, periods across
+# Figures are read by ragkit.answer.numbers (text2num for spelled numbers, periods across
 # units); `unsupported_figures` is re-exported here, the one check ask, chat, compare and
 # serve use.
-from ragkit.answer.figures import unsupported_figures  # noqa: E402,F401
+from ragkit.answer.numbers import unsupported_figures  # noqa: E402,F401
 
 # a name: capitalised words, with "of", "and", "for", "the", "&" inside ("Code of Federal Regulations")
 _NAME = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][a-z]{2,}(?:(?:\s+(?:of|and|for|the|on|&))*\s+[A-Z][a-z]{2,})*")

@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
             err.print(f"ragkit mcp: loading {settings.generator.model} and {settings.embed.model}...", highlight=False)
             from ragkit.serve.mcp import build_server
             from ragkit.serve.mcp_tools import RagkitTools
-            from ragkit.serve.state import ServeState
+            from ragkit.serve.server_state import ServeState
 
             state = ServeState(settings, token=token_)
             if not state.has_store():

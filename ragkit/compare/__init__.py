@@ -6,12 +6,12 @@ shares one prompt prefix (the document, whole when it fits), so from the second 
 on the KV cache covers the document and only the question is prefilled.
 
 The package, by job: `checklist.py` (the items and their TOML), `quotes.py` (the quote
-chosen from the sources and its evidence), `label.py` (one item's label, and `compare`),
+chosen from the sources and its evidence), `item_label.py` (one item's label, and `compare`),
 `report.py` (findings, rows, Markdown and HTML), `docx.py` (the Word report). Every name
 scripts imported from `ragkit.compare` is still here.
 """
 
-from ragkit.answer.figures import unsupported_figures  # noqa: F401  (the one figure check of ask, chat, compare and serve)
+from ragkit.answer.numbers import unsupported_figures  # noqa: F401  (the one figure check of ask, chat, compare and serve)
 from ragkit.answer.passages import (  # noqa: F401  (the quote rules live with the sources, shared with ask)
     _LIST_ITEM,
     LEXICAL_WEIGHT,
@@ -34,7 +34,7 @@ from ragkit.compare.checklist import (  # noqa: F401
     load_checklist,
     term_pattern,
 )
-from ragkit.compare.label import (  # noqa: F401
+from ragkit.compare.item_label import (  # noqa: F401
     YES_NO,
     _calibrate,
     _clause_builder,

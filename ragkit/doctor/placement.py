@@ -20,7 +20,7 @@ from ragkit.doctor.facts import (
     is_expert,
     tensor_layer,
 )
-from ragkit.generate.overrides import matches, parse_overrides
+from ragkit.generate.llama_params import matches, parse_overrides
 
 # ---------------------------------------------------------------------- the plan
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from ragkit.embed.base import Embedder, length_sorted
 from ragkit.embed.factory import BACKENDS, ONNX_DEFAULT_PRECISION, backend_class, cpu_has_bf16, load_embedder
 from ragkit.embed.local import FolderModel, SentenceTransformerEmbedder
-from ragkit.embed.memo import MemoEmbedder
 from ragkit.embed.onnx import OnnxEmbedder, PrebuiltOnnxEmbedder
+from ragkit.embed.remembering import MemoEmbedder
 
 __all__ = [
     "BACKENDS",

@@ -38,7 +38,7 @@ ONNX_DEFAULT_PRECISION = "fp32"
 
 def backend_class(name: str) -> type:
     """The embedder class registered for an engine name (imported now, not before)."""
-    from ragkit.registry import import_target
+    from ragkit.backends import import_target
 
     return import_target(BACKENDS, name, what="embedder backend", setting="embed.backend")
 

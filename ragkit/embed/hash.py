@@ -2,7 +2,7 @@
 word (the tokens the BM25 index makes) is hashed to one of `dim` dimensions with a sign,
 and the vector is L2-normalised. Texts that share words are close, texts that share none
 are orthogonal, the same text always gives the same vector, on any machine. For logic
-tests of the pipeline that need no weights (with ragkit.generate.function); it reads no
+tests of the pipeline that need no weights (with ragkit.generate.python_function); it reads no
 meaning, so it is never a default and its store identity (`hash-DIM`) is its own.
 """
 

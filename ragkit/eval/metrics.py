@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
-# the number reader is the pipeline's (ragkit.answer.figures): the claims check and the
+# the number reader is the pipeline's (ragkit.answer.numbers): the claims check and the
 # metrics read figures the same way
-from ragkit.answer.figures import _QUOTES, Quantity, extract_numbers, same_number  # noqa: F401
+from ragkit.answer.numbers import _QUOTES, Quantity, extract_numbers, same_number  # noqa: F401
 from ragkit.eval.metrics_answers import (  # noqa: F401
     NLI,
     abstention_scores,

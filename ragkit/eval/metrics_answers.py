@@ -9,7 +9,7 @@ import unicodedata
 from collections import Counter
 from typing import Sequence
 
-from ragkit.answer.figures import _QUOTES
+from ragkit.answer.numbers import _QUOTES
 from ragkit.eval.metrics_numbers import numeric_match
 from ragkit.eval.metrics_text import evidence_in_text, normalize, quote_matches_evidence
 

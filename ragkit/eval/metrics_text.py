@@ -15,7 +15,7 @@ import unicodedata
 from collections import Counter
 from typing import Iterable, Sequence
 
-from ragkit.answer.figures import _QUOTES
+from ragkit.answer.numbers import _QUOTES
 
 # ---------------------------------------------------------------------- normalization
 

@@ -16,13 +16,13 @@ if TYPE_CHECKING:
 BACKENDS: dict[str, str] = {
     "llama_cpp": "ragkit.generate.llama:LlamaCppGenerator",
     "openai": "ragkit.generate.openai_compat:OpenAICompatGenerator",
-    "function": "ragkit.generate.function:FunctionGenerator",  # a Python function, no weights (logic tests)
+    "function": "ragkit.generate.python_function:FunctionGenerator",  # a Python function, no weights (logic tests)
 }
 
 
 def backend_class(name: str) -> type:
     """The generator class registered for a backend name (imported now, not before)."""
-    from ragkit.registry import import_target
+    from ragkit.backends import import_target
 
     return import_target(BACKENDS, name, what="generator backend", setting="generator.backend")
 

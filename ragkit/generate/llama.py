@@ -30,7 +30,7 @@ class LlamaCppGenerator:
         from llama_cpp import Llama
 
         from ragkit.generate.gguf_files import check_shards, read_header
-        from ragkit.generate.overrides import TensorOverrides, cache_kwargs, capture_llama_log, model_params_patch, overridden_tensors
+        from ragkit.generate.llama_params import TensorOverrides, cache_kwargs, capture_llama_log, model_params_patch, overridden_tensors
 
         self.name = name or model_path.name
         self.model_path = model_path

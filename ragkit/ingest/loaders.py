@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 from ragkit.errors import DocumentError
-from ragkit.ingest.model import Block
+from ragkit.ingest.blocks import Block
 
 SUPPORTED = {".pdf", ".docx", ".md", ".markdown", ".txt"}
 

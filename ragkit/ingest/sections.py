@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from ragkit.ingest.model import Block, Chunk, Section
+from ragkit.ingest.blocks import Block, Chunk, Section
 
 _CN_NUM = "一二三四五六七八九十百千零〇两"
 

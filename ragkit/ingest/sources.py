@@ -10,8 +10,8 @@ from pathlib import Path
 from ragkit.config import Settings
 from ragkit.embed import Embedder
 from ragkit.errors import DocumentError
+from ragkit.ingest.blocks import Chunk
 from ragkit.ingest.loaders import SUPPORTED, load
-from ragkit.ingest.model import Chunk
 from ragkit.ingest.sections import build_sections, chunk_sections
 
 

@@ -5,6 +5,6 @@
 """
 
 from ragkit.serve.app import create_app
-from ragkit.serve.state import ServeState
+from ragkit.serve.server_state import ServeState
 
 __all__ = ["create_app", "ServeState"]

@@ -23,7 +23,7 @@ from ragkit.config import Settings
 from ragkit.serve.errors import install_error_handlers
 from ragkit.serve.guard import Guard, is_loopback_host
 from ragkit.serve.openai_api import router
-from ragkit.serve.state import ServeState
+from ragkit.serve.server_state import ServeState
 
 __all__ = ["create_app"]
 

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, Field
 
 from ragkit.errors import RagkitError, UsageError
-from ragkit.serve.state import ServeState
+from ragkit.serve.server_state import ServeState
 
 DOC_URI = "ragkit://doc/{doc_id}"
 PAGE_URI = "ragkit://doc/{doc_id}/page/{n}"
@@ -269,7 +269,7 @@ class RagkitTools:
         also carries `doc_id`, `page_end` (as `ragkit serve` gives them) and `uri`, the
         page resource that shows it."""
         from ragkit.answer.ask import ask as run_ask
-        from ragkit.serve.answers import citation_json
+        from ragkit.serve.answer_json import citation_json
 
         q = (question or "").strip()
         if not q:

@@ -31,7 +31,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ragkit.errors import UsageError
-from ragkit.serve.answers import (  # noqa: F401  (re-exported: the routes' answer shapes)
+from ragkit.serve.answer_json import (  # noqa: F401  (re-exported: the routes' answer shapes)
     SOURCES_HEAD,
     citation_json,
     claims_json,
@@ -42,7 +42,7 @@ from ragkit.serve.answers import (  # noqa: F401  (re-exported: the routes' answ
     usage_json,
 )
 from ragkit.serve.errors import ApiError, error_for
-from ragkit.serve.state import Cancelled, Job, QueueFull, ServeState
+from ragkit.serve.server_state import Cancelled, Job, QueueFull, ServeState
 
 log = logging.getLogger("ragkit.serve")
 

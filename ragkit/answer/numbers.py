@@ -1,7 +1,7 @@
 """Figures in text: numbers, amounts, percentages, periods and dates, read the same way by
 the claims check (ragkit.answer.claims), compare's notes and the eval metrics.
 
-    from ragkit.answer.figures import unsupported_figures, periods, extract_numbers
+    from ragkit.answer.numbers import unsupported_figures, periods, extract_numbers
     unsupported_figures("It lasts 24 months.", "for a period of two (2) years")   # []
     periods("one hundred eighty (180) days")                                      # {(180.0, "day")}
 

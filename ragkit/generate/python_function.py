@@ -4,7 +4,7 @@ goes in as text, the function's return value is the answer. For logic tests of `
 written it: supported, unverified, not_found), and for wiring a rule-based or external
 answerer into the pipeline. The real-weights tests stay the integration tests.
 
-    from ragkit.generate.function import FunctionGenerator
+    from ragkit.generate.python_function import FunctionGenerator
     gen = FunctionGenerator(lambda prompt: "The Recipient may retain backup copies [1].")
     ask(question, settings, generator=gen)
 

@@ -7,7 +7,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Callable
 
-from ragkit.answer.figures import unsupported_figures  # the one figure check of ask, chat, compare and serve
+from ragkit.answer.numbers import unsupported_figures  # the one figure check of ask, chat, compare and serve
 from ragkit.compare.checklist import ChecklistItem, load_checklist
 from ragkit.compare.quotes import _best_quote, _document_sentences, _where, evidence
 from ragkit.compare.report import Comparison, Finding, Row, _renormalised, agree_on_same_quotes
