@@ -194,7 +194,7 @@ class RetrieveSettings(BaseModel):
     abstain_unsupported: bool = Field(
         True, description="check an answer none of whose claims a source sentence supports against the evidence: "
         "passages on point -> outcome unverified (the passages shown), none -> not_found ('The documents do not say.'); "
-        "the generated text is kept as model_answer (ragkit.answer.ask.check_outcome). false: keep the answer as generated",
+        "the generated text is kept as model_answer (ragkit.answer.ask.decide_outcome). false: keep the answer as generated",
     )
     relevance_min: float = Field(
         0.25, ge=0, le=1, description="a passage is on point when its relevance to the question (ragkit.answer.passages: "

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from ragkit.answer.ask import match_option
+from ragkit.generate.base import match_option
 from tests.conftest import make_settings
 
 CLAUSE = "7.2 The obligations of confidentiality survive for three (3) years after termination of this Agreement."

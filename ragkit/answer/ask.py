@@ -32,13 +32,12 @@ from typing import Callable
 
 from ragkit.answer.citations import Citation, extract, is_abstention
 from ragkit.answer.claims import Claim
-from ragkit.answer.passages import Passage
+from ragkit.answer.passages import Found, Passage
 from ragkit.config import Settings
 from ragkit.generate import Choice, Generation
-from ragkit.generate.base import match_option  # noqa: F401  (lives with `choose`; re-exported)
 from ragkit.retrieve import Retrieval, retrieve
 from ragkit.retrieve.prompt import Prompt
-from ragkit.session import Session, load_checked_generator  # noqa: F401  (its old home)
+from ragkit.session import Session
 
 ABSTAIN_TEXT = "The documents do not say."
 UNVERIFIED_TEXT = "Not verified against the sources."
@@ -117,7 +116,7 @@ class AskResult:
 
 def ask(
     question: str,
-    settings: Session | Settings,
+    session: Session | Settings,
     docs: list[str] | None = None,
     *,
     dry_run: bool = False,
@@ -129,6 +128,12 @@ def ask(
 ) -> AskResult:
     """Answer `question` from the documents (all, or those named in `docs`).
 
+    The steps, in order: retrieve (`ragkit.retrieve.retrieve`: candidates -> prompt);
+    answer without generating when retrieval refuses or the question asks for the clause
+    itself (`answer_without_generating`); generate; check the answer (`check_answer`:
+    citations, claims, whether they answer the question, the passages on point); and the
+    outcome, decided in one place (`decide_outcome`).
+
     `on_text` receives the answer as it is generated; an exception it raises stops the
     generation and propagates. `context` is earlier conversation (plain text) placed in
     the prompt before the question, not searched with; `context_reserve` prompt tokens are
@@ -136,8 +141,7 @@ def ask(
     answer below `generator.max_tokens` (the prompt budget stays that of the settings, so
     the cached prefix does not change). `generator`: an already loaded one to use (else
     the session's). A Settings gets a Session for this call."""
-    session = Session.of(settings)
-    settings = session.settings
+    session = Session.of(session)
     if generator is None and not dry_run:
         generator = session.generator
     t0 = time.perf_counter()
@@ -145,14 +149,38 @@ def ask(
     result = AskResult.from_retrieval(r)
     if dry_run:
         return result
-    if abstain_if_irrelevant(result, r, t0, on_text):
+    if answer_without_generating(result, r, t0, session, on_text):
         return result
-    if answer_by_quoting(result, r, t0, session, on_text):
-        return result
-    limit = settings.generator.max_tokens if max_tokens is None else max(1, min(max_tokens, settings.generator.max_tokens))
+    cap = session.settings.generator.max_tokens
+    limit = cap if max_tokens is None else max(1, min(max_tokens, cap))
     gen = generator.generate(r.prompt.ids, max_tokens=limit, on_text=on_text)
     finish(result, gen, t0, session)
     return result
+
+
+@dataclass
+class Evidence:
+    """What the steps before the outcome found, read by `decide_outcome` alone.
+
+    `refused`: retrieval's reason to refuse (nothing relevant: not_found, nothing generated).
+    `quoted`: the question asks for the clause itself, answered by quoting `found`.
+    Otherwise the answer is the model's: `why` says why it is not verified (None: it is),
+    `found` holds the passages on point (None: not looked for, the answer was not checked),
+    `model_abstained` whether the model said the documents do not say."""
+
+    refused: str | None = None
+    quoted: bool = False
+    why: str | None = None
+    found: Found | None = None
+    model_abstained: bool = False
+
+
+def answer_without_generating(result: AskResult, r: Retrieval, t0: float, session: Session,
+                              on_text: Callable[[str], None] | None = None) -> bool:
+    """Answer before generating, when the answer cannot be the model's: retrieval found
+    nothing relevant (`abstain_if_irrelevant`) or the question asks for the clause itself
+    (`answer_by_quoting`). Returns whether it answered."""
+    return abstain_if_irrelevant(result, r, t0, on_text) or answer_by_quoting(result, r, t0, session, on_text)
 
 
 def abstain_if_irrelevant(result: AskResult, r: Retrieval, t0: float, on_text: Callable[[str], None] | None = None) -> bool:
@@ -160,46 +188,99 @@ def abstain_if_irrelevant(result: AskResult, r: Retrieval, t0: float, on_text: C
     relevant (`Retrieval.abstain_reason`). Returns whether it abstained."""
     if r.abstain_reason is None:
         return False
-    result.answer = ABSTAIN_TEXT
-    result.abstained = True
-    result.abstain_reason = r.abstain_reason
-    result.outcome = "not_found"
-    result.generation = Generation(prompt_tokens=len(result.prompt.ids))
-    result.timings.update({"generate_s": 0.0, "ttft_s": 0.0, "total_s": time.perf_counter() - t0})
-    if on_text is not None:
-        on_text(result.answer)
+    _answered_without_generating(result, Evidence(refused=r.abstain_reason), t0, on_text)
     return True
 
 
-def answer_by_quoting(result: AskResult, r: Retrieval, t0: float, settings: Session | Settings,
+def answer_by_quoting(result: AskResult, r: Retrieval, t0: float, session: Session,
                       on_text: Callable[[str], None] | None = None) -> bool:
     """A question that asks for the clause itself ("Which part of this contract concerns X?
     Quote it.", "Highlight the parts ...": `ragkit.answer.passages.is_extractive`) is
     answered by quoting the sources' best passages, without generating (a small model
     restates such a question instead of quoting). not_found when no passage is on point.
     Returns whether it answered (off with `retrieve.extractive = false`)."""
-    from ragkit.answer.passages import is_extractive, quoted_answer
+    from ragkit.answer.passages import is_extractive
 
-    session = Session.of(settings)
     if not session.settings.retrieve.extractive or not is_extractive(result.question):
         return False
-    found = _passages(result, session)
-    result.answer_kind = "quoted"
-    result.generation = Generation(prompt_tokens=len(result.prompt.ids))
-    if found.passages:
-        result.outcome = "supported"
-        result.passages = found.passages
-        result.answer = quoted_answer(found.passages)
-        result.citations = _passage_citations(found.passages)
-    else:
-        _not_found(result, found.not_found or "no passage is on point")
-    result.timings.update({"generate_s": 0.0, "ttft_s": 0.0, "total_s": time.perf_counter() - t0})
-    if on_text is not None:
-        on_text(result.answer)
+    _answered_without_generating(result, Evidence(quoted=True, found=passages_on_point(result, session)), t0, on_text)
     return True
 
 
-def _passages(result: AskResult, session: Session):
+def _answered_without_generating(result: AskResult, evidence: Evidence, t0: float,
+                                 on_text: Callable[[str], None] | None) -> None:
+    result.generation = Generation(prompt_tokens=len(result.prompt.ids))
+    decide_outcome(result, evidence)
+    result.timings.update({"generate_s": 0.0, "ttft_s": 0.0, "total_s": time.perf_counter() - t0})
+    if on_text is not None:
+        on_text(result.answer)
+
+
+def finish(result: AskResult, gen: Generation, t0: float, session: Session | Settings | None = None) -> None:
+    """Fill a result from a generation: the answer and its checked citations, then (with a
+    session or settings: the store's embedder reads them) the checks of `check_answer`,
+    then the outcome (`decide_outcome`), and the timings. Without a session nothing is
+    checked: the outcome is the model's (not_found when it said the documents do not say)."""
+    result.generation = gen
+    result.answer = gen.text.strip()
+    result.citations, result.invalid_citations = extract(result.answer, result.prompt.contexts)
+    result.timings["generate_s"] = gen.total_s
+    result.timings["ttft_s"] = gen.ttft_s
+    if session is None:
+        abstained = is_abstention(result.answer)
+        evidence = Evidence(model_abstained=abstained, why="the model said the documents do not say" if abstained else None)
+    else:
+        evidence = check_answer(result, Session.of(session))
+    decide_outcome(result, evidence)
+    result.timings["total_s"] = time.perf_counter() - t0
+
+
+def check_answer(result: AskResult, session: Session) -> Evidence:
+    """The checks of a generated answer, in order: did the model say the documents do not
+    say; its claims, each tied to the source sentence that supports it (`attach_claims`);
+    whether the supported ones answer the question (`unverified_reason`); and, when the
+    answer is not verified, the passages on point that the reader is shown instead."""
+    abstained = is_abstention(result.answer)
+    t1 = time.perf_counter()
+    if not abstained:
+        attach_claims(result, session)
+    result.timings["claims_s"] = time.perf_counter() - t1
+    why = unverified_reason(result, session, abstained)
+    found = passages_on_point(result, session) if why is not None else None
+    return Evidence(why=why, found=found, model_abstained=abstained)
+
+
+def attach_claims(result: AskResult, session: Session) -> None:
+    """Split the answer into claims and tie each to the source sentence that supports it
+    (`ragkit.answer.claims`), read by the session's embedder."""
+    from ragkit.answer.claims import attribute
+
+    result.claims = attribute(result.answer, result.prompt.contexts, session.embedder, question=result.question)
+
+
+def unverified_reason(result: AskResult, session: Session, model_abstained: bool) -> str | None:
+    """Why a generated answer is not verified, or None when it is: a claim of it is
+    supported by a source sentence and answers the question. A small model asked about
+    something the documents lack writes a plausible clause, and asked about something
+    they hold it may still write the wrong one, or say they are silent: the reader is told
+    which, from the evidence. With `retrieve.abstain_unsupported = false` an answer the
+    model gave is kept as verified."""
+    if not model_abstained and not session.settings.retrieve.abstain_unsupported:
+        return None
+    held = [c for c in result.claims if c.supported]
+    if model_abstained:
+        return "the model said the documents do not say"
+    if held and responsive(result.question, held, result.prompt.contexts):
+        return None
+    if held:
+        return "the supported claims do not answer the question (their sentences name none of its key words)"
+    if result.claims:
+        return f"no claim of the answer is supported by a source sentence ({len(result.claims)} checked)"
+    return "the answer makes no claim a source sentence could support"
+
+
+def passages_on_point(result: AskResult, session: Session) -> Found:
+    """The sources' passages on point for the question (`ragkit.answer.passages.best_passages`), timed."""
     from ragkit.answer.passages import best_passages
 
     t1 = time.perf_counter()
@@ -207,6 +288,51 @@ def _passages(result: AskResult, session: Session):
                           relevance_min=session.settings.retrieve.relevance_min)
     result.timings["passages_s"] = time.perf_counter() - t1
     return found
+
+
+def decide_outcome(result: AskResult, evidence: Evidence) -> None:
+    """The one place an answer's outcome is decided (see the module's doc), from what the
+    steps before found:
+
+    - retrieval refused -> not_found;
+    - a question asking for the clause -> supported, the passages quoted; none on point -> not_found;
+    - the model's answer verified -> supported;
+    - not verified, passages on point -> unverified: the passages are the answer, the
+      model's text kept and marked; none -> not_found."""
+    from ragkit.answer.passages import quoted_answer
+
+    if evidence.refused is not None:
+        _not_found(result, evidence.refused)
+        return
+    found = evidence.found
+    if evidence.quoted:
+        result.answer_kind = "quoted"
+        if found is not None and found.passages:
+            result.outcome = "supported"
+            result.passages = found.passages
+            result.answer = quoted_answer(found.passages)
+            result.citations = _passage_citations(found.passages)
+        else:
+            _not_found(result, (found.not_found if found is not None else None) or "no passage is on point")
+        return
+    if evidence.why is None:
+        result.outcome = "supported"
+        return
+    if found is None:  # not checked: the model's own refusal stands
+        _not_found(result, evidence.why)
+        return
+    result.model_answer = result.answer
+    if not evidence.model_abstained:
+        result.unsupported_answer = result.answer
+    if found.passages:
+        result.outcome = "unverified"
+        result.unverified_reason = evidence.why
+        result.passages = found.passages
+        result.answer = quoted_answer(found.passages, head=UNVERIFIED_HEAD)
+        result.citations = _passage_citations(found.passages)
+        result.abstained, result.abstain_reason = False, None
+    else:
+        _not_found(result, f"{evidence.why}, and {found.not_found or 'no passage is on point'}")
 
 
 def _passage_citations(passages: list[Passage]) -> list[Citation]:
@@ -224,82 +350,6 @@ def _not_found(result: AskResult, reason: str) -> None:
     result.abstain_reason = reason
     result.citations = []  # a not_found answer cites no source
     result.passages = []
-
-
-def finish(result: AskResult, gen: Generation, t0: float, settings: Session | Settings | None = None) -> None:
-    """Fill a result from a generation: answer, checked citations, claims tied to source
-    sentences (with a session or settings: the store's embedder reads them), the outcome,
-    timings. Without one nothing is checked: the outcome is the model's (not_found when it
-    said the documents do not say)."""
-    result.generation = gen
-    result.answer = gen.text.strip()
-    result.citations, result.invalid_citations = extract(result.answer, result.prompt.contexts)
-    model_abstained = is_abstention(result.answer)
-    result.timings["generate_s"] = gen.total_s
-    result.timings["ttft_s"] = gen.ttft_s
-    if settings is None:
-        if model_abstained:
-            _not_found(result, "the model said the documents do not say")
-    else:
-        session = Session.of(settings)
-        t1 = time.perf_counter()
-        if not model_abstained:
-            attach_claims(result, session)
-        result.timings["claims_s"] = time.perf_counter() - t1
-        check_outcome(result, session, model_abstained)
-    result.timings["total_s"] = time.perf_counter() - t0
-
-
-def attach_claims(result: AskResult, settings: Session | Settings) -> None:
-    """Split the answer into claims and tie each to the source sentence that supports it
-    (`ragkit.answer.claims`), read by the session's embedder."""
-    from ragkit.answer.claims import attribute
-
-    embedder = Session.of(settings).embedder
-    result.claims = attribute(result.answer, result.prompt.contexts, embedder, question=result.question)
-
-
-def check_outcome(result: AskResult, settings: Session | Settings, model_abstained: bool) -> None:
-    """The outcome of a generated answer. Supported when a claim of it is supported by a
-    source sentence. Otherwise (no claim supported, no claim made, or the model's "The
-    documents do not say."), the sources decide: passages on point -> unverified (the
-    passages are the answer, the model's text is kept and marked); none -> not_found. A
-    small model asked about something the documents lack writes a plausible clause, and
-    asked about something they hold it may still write the wrong one, or say they are
-    silent: the reader is told which, from the evidence. With
-    `retrieve.abstain_unsupported = false` an answer the model gave is kept as supported."""
-    session = Session.of(settings)
-    text = result.answer
-    if not model_abstained and not session.settings.retrieve.abstain_unsupported:
-        result.outcome = "supported"
-        return
-    held = [c for c in result.claims if c.supported]
-    if not model_abstained and held and responsive(result.question, held, result.prompt.contexts):
-        result.outcome = "supported"
-        return
-    if model_abstained:
-        why = "the model said the documents do not say"
-    elif held:
-        why = "the supported claims do not answer the question (their sentences name none of its key words)"
-    elif result.claims:
-        why = f"no claim of the answer is supported by a source sentence ({len(result.claims)} checked)"
-    else:
-        why = "the answer makes no claim a source sentence could support"
-    found = _passages(result, session)
-    result.model_answer = text
-    if not model_abstained:
-        result.unsupported_answer = text
-    if found.passages:
-        from ragkit.answer.passages import quoted_answer
-
-        result.outcome = "unverified"
-        result.unverified_reason = why
-        result.passages = found.passages
-        result.answer = quoted_answer(found.passages, head=UNVERIFIED_HEAD)
-        result.citations = _passage_citations(found.passages)
-        result.abstained, result.abstain_reason = False, None
-    else:
-        _not_found(result, f"{why}, and {found.not_found or 'no passage is on point'}")
 
 
 NOT_SUPPORTED_NOTE = "Not supported by the sources: "
@@ -376,7 +426,7 @@ def responsive(question: str, claims: list[Claim], contexts) -> bool:
 def ask_choice(
     question: str,
     options: list[str],
-    settings: Session | Settings,
+    session: Session | Settings,
     docs: list[str] | None = None,
     *,
     narrow: Callable[[Prompt, object], Prompt] | None = None,
@@ -391,7 +441,7 @@ def ask_choice(
     `narrow(prompt, generator)`, when given, turns the retrieval prompt into the one the
     options are scored on (compare: the quoted clause alone); `result.prompt` stays the
     retrieval prompt, the tokens and cache figures are the scored prompt's."""
-    session = Session.of(settings)
+    session = Session.of(session)
     generator = session.generator
     t0 = time.perf_counter()
     r = retrieve(question, session, docs, generator=generator)

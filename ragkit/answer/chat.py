@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ragkit.answer.ask import AskResult, abstain_if_irrelevant, answer_by_quoting, finish
+from ragkit.answer.ask import AskResult, answer_without_generating, finish
 from ragkit.config import Settings
 from ragkit.errors import UsageError
 from ragkit.retrieve import retrieve
@@ -67,7 +67,7 @@ class ChatSession:
         r = retrieve(question, self.session, self.docs, generator=self.generator)
         prompt = r.prompt
         result = AskResult.from_retrieval(r)
-        if abstain_if_irrelevant(result, r, t0, on_text) or answer_by_quoting(result, r, t0, self.session, on_text):
+        if answer_without_generating(result, r, t0, self.session, on_text):
             return result
         restored = self.restore_state(prompt) if self.state_dir is not None else None
         if restored is not None:
