@@ -47,20 +47,43 @@ def retrieve(question: str, settings: "Session | Settings", docs: list[str] | No
     sources and before the question; it is not searched with. `context_reserve` prompt
     tokens are set aside for it whether or not it is given, so a first question and its
     follow-ups pack the same sources (and share their KV-cached prefix)."""
+    from ragkit.retrieve.query import search_query
     from ragkit.session import Session
 
     t0 = time.perf_counter()
     session = Session.of(settings)
-    settings = session.settings
     # first: a reranker whose pinned files do not match is refused before anything loads
     reranker = session.reranker
     embedder = session.embedder
     store = session.store
-    rs = settings.retrieve
-    from ragkit.retrieve.query import search_query
-
+    rs = session.settings.retrieve
     searched = question if rs.search_instructions else search_query(question)  # less its answer-format sentences
     qvec = embedder.embed_query(searched) if rs.mode in ("hybrid", "dense") else None
+    selected, cands, whole = _search(session, store, searched, qvec, docs)
+    best_similarity, calibration = _similarity_gate(session, store, embedder, qvec, selected, all_live=not docs)
+    notes: dict = {}
+    cands = rank_stages(searched, qvec, cands, whole, embedder, session.settings, reranker=reranker, notes=notes)
+    rinfo = notes.get("rerank")
+    t1 = time.perf_counter()
+    builder = PromptBuilder(generator if generator is not None else session.tokenizer,
+                            n_ctx=session.settings.generator.n_ctx, max_tokens=session.settings.generator.max_tokens)
+    prompt = _pack(builder, question, cands, whole, selected, rs, named=bool(docs), rerank=rinfo,
+                   extra={"context": context, "reserve": context_reserve})
+    t2 = time.perf_counter()
+    prompt.best_similarity = best_similarity
+    timings = {"retrieve_s": t1 - t0, "prompt_s": t2 - t1}
+    if rinfo is not None:
+        timings.update(rerank_s=rinfo.wall_s, rerank_cpu_s=rinfo.cpu_s)
+    why = _abstain_why(prompt, session.settings, calibration, rinfo)
+    return Retrieval(question=question, prompt=prompt, docs=selected, abstain_reason=why, timings=timings, rerank=rinfo)
+
+
+def _search(session: "Session", store, searched: str, qvec, docs: list[str] | None) -> tuple:
+    """The documents searched (`docs` when named, else all), the hybrid search's candidates
+    and, for named documents, every chunk of them, read from one consistent state of the
+    store and named by a record that holds them now."""
+    settings = session.settings
+    rs = settings.retrieve
 
     def search(records: list[DocRecord]):
         if not records:
@@ -80,69 +103,89 @@ def retrieve(question: str, settings: "Session | Settings", docs: list[str] | No
         return selected, cands, whole
 
     selected, cands, whole = store.read_consistent(search)
-    cands, whole = name_hits(cands, selected), (name_hits(whole, selected) if whole is not None else None)
-    best_similarity = None
-    calibration = None
-    if qvec is not None:
-        top = store.query(qvec, 1, sorted({d.doc_id for d in selected}), all_live=not docs)
-        best_similarity = top[0].score if top else 0.0
-        if rs.abstain_margin > 0:
-            from ragkit.retrieve.abstain import calibrate
+    return selected, name_hits(cands, selected), (name_hits(whole, selected) if whole is not None else None)
 
-            calibration = calibrate(store, embedder, sorted({d.doc_id for d in selected}), all_live=not docs,
-                                    memo=session.memo("calibration"))
-    notes: dict = {}
-    cands = rank_stages(searched, qvec, cands, whole, embedder, settings, reranker=reranker, notes=notes)
-    rinfo = notes.get("rerank")
-    t1 = time.perf_counter()
-    if generator is None:
-        generator = session.tokenizer
-    builder = PromptBuilder(generator, n_ctx=settings.generator.n_ctx, max_tokens=settings.generator.max_tokens)
-    several = bool(docs) and len(selected) > 1
+
+def _similarity_gate(session: "Session", store, embedder, qvec, selected: list[DocRecord], *,
+                     all_live: bool) -> tuple:
+    """What the similarity gate reads (`abstain_reason`): the best cosine of any chunk of
+    the searched documents, and their calibration when `retrieve.abstain_margin` is on;
+    (None, None) without a query vector (bm25 mode)."""
+    if qvec is None:
+        return None, None
+    doc_ids = sorted({d.doc_id for d in selected})
+    top = store.query(qvec, 1, doc_ids, all_live=all_live)
+    best_similarity = top[0].score if top else 0.0
+    calibration = None
+    if session.settings.retrieve.abstain_margin > 0:
+        from ragkit.retrieve.abstain import calibrate
+
+        calibration = calibrate(store, embedder, doc_ids, all_live=all_live, memo=session.memo("calibration"))
+    return best_similarity, calibration
+
+
+def _pack(builder: PromptBuilder, question: str, cands: list[Hit], whole: list[Hit] | None,
+          selected: list[DocRecord], rs, *, named: bool, rerank: "RerankInfo | None", extra: dict) -> Prompt:
+    """The ranked candidates packed into the prompt: at most `retrieve.top_k` sources (each
+    of several named documents represented), the table lane's table beside them. `rs`:
+    the retrieve settings; `extra`: the conversation context and its reserve."""
+    several = named and len(selected) > 1
     asked = question
     if several:
         # several named documents: the best passage of each first, then the next of each,
         # so every document is represented; and the answer is laid out per document
         cands = round_robin(cands)
         asked = f"{question}\n(Answer for each document in turn, naming it, then say how they differ.)"
-    extra = {"context": context, "reserve": context_reserve}
-    prompt = builder.build(asked, cands[: max(rs.top_k, 1) * 4], whole=whole, doc_order=[d.doc_id for d in selected], **extra)
+    doc_order = [d.doc_id for d in selected]
+    prompt = builder.build(asked, cands[: max(rs.top_k, 1) * 4], whole=whole, doc_order=doc_order, **extra)
     if prompt.mode == "retrieved":
         # keep at most top_k sources: every token of prefill costs time
         prompt = _limit(builder, asked, prompt, max(rs.top_k, len(selected)) if several else rs.top_k, each_doc=several,
                         **extra)
-    if prompt.mode == "retrieved" and rinfo is not None and rinfo.tables:
-        # the table lane's best table not yet in the prompt joins it beside the top_k sources: a
-        # statement table scores below the prose that names the same metric, so fusion alone
-        # rarely lifts it (SEC figure's page in the prompt 0.927 -> 0.951 on the held-out half);
-        # only when its cross-encoder score reaches retrieve.rerank_table_floor
-        have = {c.chunk_id for c in prompt.contexts}
-        floor = rs.rerank_table_floor
-        want = next((t for t in rinfo.tables if t not in have), None)
-        if want is not None and floor is not None and rinfo.scores[want] < floor:
-            want = None  # the best table left reads as off the question: no tokens spent on it
-        table = next((h for h in cands if h.id == want), None) if want else None
-        if table is not None:  # packed last: the first source dropped if the budget is short
-            last = min((c.score for c in prompt.contexts), default=0.0)
-            hits = [_hit_of(c) for c in prompt.contexts] + [Hit(id=table.id, text=table.text, meta=table.meta, score=last)]
-            prompt = builder.build(asked, hits, doc_order=[d.doc_id for d in selected], **extra)
+    if prompt.mode == "retrieved" and rerank is not None and rerank.tables:
+        prompt = _with_table(builder, asked, prompt, cands, rerank, rs.rerank_table_floor, doc_order, extra)
     if several:
-        have = {c.doc_id for c in prompt.contexts}
-        missing = [d.name for d in selected if d.doc_id not in have]
-        if missing:
-            raise UsageError(f"{', '.join(missing)} could not be represented in the prompt with the others",
-                             hint="raise generator.n_ctx, or name fewer documents per question")
-    t2 = time.perf_counter()
-    prompt.best_similarity = best_similarity
-    timings = {"retrieve_s": t1 - t0, "prompt_s": t2 - t1}
-    if rinfo is not None:
-        timings.update(rerank_s=rinfo.wall_s, rerank_cpu_s=rinfo.cpu_s)
+        _check_every_doc(prompt, selected)
+    return prompt
+
+
+def _with_table(builder: PromptBuilder, asked: str, prompt: Prompt, cands: list[Hit], rerank: "RerankInfo",
+                floor: float | None, doc_order: list[str], extra: dict) -> Prompt:
+    """The table lane's best table not yet in the prompt joins it beside the top_k sources:
+    a statement table scores below the prose that names the same metric, so fusion alone
+    rarely lifts it (SEC figure's page in the prompt 0.927 -> 0.951 on the held-out half);
+    only when its cross-encoder score reaches `floor` (retrieve.rerank_table_floor)."""
+    have = {c.chunk_id for c in prompt.contexts}
+    want = next((t for t in rerank.tables if t not in have), None)
+    if want is not None and floor is not None and rerank.scores[want] < floor:
+        want = None  # the best table left reads as off the question: no tokens spent on it
+    table = next((h for h in cands if h.id == want), None) if want else None
+    if table is None:
+        return prompt
+    # packed last: the first source dropped if the budget is short
+    last = min((c.score for c in prompt.contexts), default=0.0)
+    hits = [_hit_of(c) for c in prompt.contexts] + [Hit(id=table.id, text=table.text, meta=table.meta, score=last)]
+    return builder.build(asked, hits, doc_order=doc_order, **extra)
+
+
+def _check_every_doc(prompt: Prompt, selected: list[DocRecord]) -> None:
+    """Several named documents: each of them must have a source in the prompt."""
+    have = {c.doc_id for c in prompt.contexts}
+    missing = [d.name for d in selected if d.doc_id not in have]
+    if missing:
+        raise UsageError(f"{', '.join(missing)} could not be represented in the prompt with the others",
+                         hint="raise generator.n_ctx, or name fewer documents per question")
+
+
+def _abstain_why(prompt: Prompt, settings: Settings, calibration, rerank: "RerankInfo | None") -> str | None:
+    """Why to abstain: the similarity gate first (`abstain_reason`), then the reranker's
+    not_found floor on the best score of its pool (RerankInfo.best)."""
     why = abstain_reason(prompt, settings, calibration)
-    if why is None and rinfo is not None:
+    if why is None and rerank is not None:
         from ragkit.retrieve.abstain import reranker_reason
 
-        why = reranker_reason(rinfo.best, rs.rerank_abstain_below)
-    return Retrieval(question=question, prompt=prompt, docs=selected, abstain_reason=why, timings=timings, rerank=rinfo)
+        why = reranker_reason(rerank.best, settings.retrieve.rerank_abstain_below)
+    return why
 
 
 def rank_stages(question: str, qvec, cands: list[Hit], whole: list[Hit] | None, embedder, settings: Settings, *,
