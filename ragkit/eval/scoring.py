@@ -260,56 +260,82 @@ def _citation_scores(item: EvalItem, rec: dict, contexts: list[dict]) -> dict:
 
 def _agg(rows: list[dict]) -> dict:
     """Quality metrics over every question (one that errored or was not answered holds
-    miss values, see `_miss_row`); cost and latency over the answered ones."""
+    miss values, see `_miss_row`); cost and latency over the answered ones. Returns the
+    figures, the NLI scores and the abstention scores."""
     ok = [r for r in rows if r.get("status") == "ok"]
-
-    def m(key: str):
-        return M.mean(r.get(key) for r in rows)
-
-    def cost(key: str):
-        return M.mean(r.get(key) for r in ok)
-
     nli_rows = [r for r in rows if r.get("nli_gold")]
     nli = M.nli_scores([r["nli_gold"] for r in nli_rows], [r["nli_pred"] for r in nli_rows]) if nli_rows else None
-    nli_ok = [r for r in nli_rows if r.get("status") == "ok"]
     ab_rows = [r for r in rows if "should_abstain" in r]
-    n_marked = sum(r.get("n_citations") or 0 for r in rows)
-    n_inferred = sum(r.get("n_inferred_citations") or 0 for r in rows)
     ab = M.abstention_scores([r["should_abstain"] for r in ab_rows], [r["abstained"] for r in ab_rows])
-    has_unanswerable = ab["should_abstain"] > 0
-    ev_rows = [r for r in rows if r.get("rr") is not None]
-    tokens = [r["prompt_tokens"] for r in ok if r.get("prompt_tokens") is not None]
     out = {
         "n_questions": len(rows),
         "n_answered": len(ok),
         "n_errors": sum(r.get("status") == "error" for r in rows),
         "n_missing": sum(r.get("status") == "missing" for r in rows),
-        "evidence_in_context": m("evidence_in_context"),
-        "page_hit": m("page_hit"),
-        "page_hit_at_1": m("page_hit_at_1"),
-        "page_hit_at_3": m("page_hit_at_3"),
+        **_retrieval_figures(rows, ok),
+        "answer_match": _mean(rows, "answer_match"),
+        "token_f1": _mean(rows, "token_f1"),
+        **_label_figures(rows, nli_rows, nli),
+        **_abstention_figures(rows, ab_rows, ab),
+        **_citation_figures(rows),
+        **_cost_figures(ok),
+    }
+    for st in STAGES:
+        vals = [r["timings"][st] for r in ok if st in r.get("timings", {})]
+        out[f"{st}_p50"] = M.percentile(vals, 50)
+        out[f"{st}_p95"] = M.percentile(vals, 95)
+    return out, nli, ab
+
+
+def _mean(rows: list[dict], key: str):
+    return M.mean(r.get(key) for r in rows)
+
+
+def _retrieval_figures(rows: list[dict], ok: list[dict]) -> dict:
+    """Where the evidence, the page, the documents and the gold figures were among the
+    contexts, over every question (`ok`: the answered ones, for the tokens to the evidence)."""
+    ev_rows = [r for r in rows if r.get("rr") is not None]
+    return {
+        "evidence_in_context": _mean(rows, "evidence_in_context"),
+        "page_hit": _mean(rows, "page_hit"),
+        "page_hit_at_1": _mean(rows, "page_hit_at_1"),
+        "page_hit_at_3": _mean(rows, "page_hit_at_3"),
         "mrr": M.mrr(r["evidence_rank"] for r in ev_rows) if ev_rows else None,
-        "evidence_strict": m("evidence_strict"),
+        "evidence_strict": _mean(rows, "evidence_strict"),
         "mrr_strict": M.mrr(r.get("evidence_rank_strict") for r in ev_rows) if ev_rows else None,
-        "evidence_within_1000_tokens": m("evidence_within_1000_tokens"),
-        "evidence_within_2000_tokens": m("evidence_within_2000_tokens"),
-        "mrr_strict_any_span": m("rr_strict_any_span"),
-        "any_span_within_1000_tokens": m("any_span_within_1000_tokens"),
-        "any_span_within_2000_tokens": m("any_span_within_2000_tokens"),
+        "evidence_within_1000_tokens": _mean(rows, "evidence_within_1000_tokens"),
+        "evidence_within_2000_tokens": _mean(rows, "evidence_within_2000_tokens"),
+        "mrr_strict_any_span": _mean(rows, "rr_strict_any_span"),
+        "any_span_within_1000_tokens": _mean(rows, "any_span_within_1000_tokens"),
+        "any_span_within_2000_tokens": _mean(rows, "any_span_within_2000_tokens"),
         "tokens_to_evidence_mean": M.mean(r.get("tokens_to_evidence") for r in ok),
-        "gold_figure_at_5": m("gold_figure_at_5"),
-        "doc_recall": m("doc_recall"),
-        "answer_numbers_in_context": m("answer_numbers_in_context"),
-        "answer_match": m("answer_match"),
-        "token_f1": m("token_f1"),
+        "gold_figure_at_5": _mean(rows, "gold_figure_at_5"),
+        "doc_recall": _mean(rows, "doc_recall"),
+        "answer_numbers_in_context": _mean(rows, "answer_numbers_in_context"),
+    }
+
+
+def _label_figures(rows: list[dict], nli_rows: list[dict], nli: dict | None) -> dict:
+    """The labelled (NLI) questions: accuracy and F1 (`nli`: M.nli_scores over `nli_rows`),
+    unparsed answers, and the quotes that hold the evidence."""
+    nli_ok = [r for r in nli_rows if r.get("status") == "ok"]
+    return {
         "nli_accuracy": nli["accuracy"] if nli else None,
         "nli_majority_accuracy": nli["majority_accuracy"] if nli else None,
         # answers that name no label, among the answered (an errored question is counted in n_errors)
         "nli_unparsed": (sum(r["nli_pred"] is None for r in nli_ok) / len(nli_ok)) if nli_ok else None,
         "nli_f1_contradiction": (nli["per_class"]["Contradiction"]["f1"] if nli else None),
         "nli_macro_f1": nli["macro_f1"] if nli else None,
-        "quote_has_evidence": m("quote_has_evidence"),
-        "passage_has_evidence": m("passage_has_evidence"),
+        "quote_has_evidence": _mean(rows, "quote_has_evidence"),
+        "passage_has_evidence": _mean(rows, "passage_has_evidence"),
+    }
+
+
+def _abstention_figures(rows: list[dict], ab_rows: list[dict], ab: dict) -> dict:
+    """The questions answered in words (`ab_rows`): abstention against whether they should
+    (`ab`: M.abstention_scores), wrong refusals and the three outcomes."""
+    has_unanswerable = ab["should_abstain"] > 0
+    return {
         "abstain_precision": ab["precision"] if has_unanswerable else None,
         "abstain_recall": ab["recall"] if has_unanswerable else None,
         "abstain_rate": (ab["abstained"] / len(ab_rows)) if ab_rows else None,
@@ -317,29 +343,39 @@ def _agg(rows: list[dict]) -> dict:
         # gold evidence among its passages (ragkit.answer.ask: the three outcomes)
         "wrongly_refused": sum(bool(r.get("wrongly_refused")) for r in rows) if ab_rows else None,
         "n_answerable": sum(not r["should_abstain"] for r in ab_rows) if ab_rows else None,
-        "wrongly_refused_rate": m("wrongly_refused"),
+        "wrongly_refused_rate": _mean(rows, "wrongly_refused"),
         "unverified_with_evidence": sum(bool(r.get("unverified_with_evidence")) for r in rows) if ab_rows else None,
-        "answer_or_quote_match": m("answer_or_quote_match"),
+        "answer_or_quote_match": _mean(rows, "answer_or_quote_match"),
         **{f"n_{o}": (sum(r.get("answer_outcome") == o for r in ab_rows) if ab_rows else None)
            for o in ("supported", "unverified", "not_found")},
-        "citation_precision": m("citation_precision"),  # [n] markers the model wrote, valid ones only
-        "valid_citation_rate": m("valid_citation"),  # a marked citation holds the evidence
+    }
+
+
+def _citation_figures(rows: list[dict]) -> dict:
+    """Citations marked by the model apart from those ragkit inferred, and the claims tied to source sentences."""
+    n_marked = sum(r.get("n_citations") or 0 for r in rows)
+    n_inferred = sum(r.get("n_inferred_citations") or 0 for r in rows)
+    return {
+        "citation_precision": _mean(rows, "citation_precision"),  # [n] markers the model wrote, valid ones only
+        "valid_citation_rate": _mean(rows, "valid_citation"),  # a marked citation holds the evidence
         "citations_inferred_share": (n_inferred / (n_marked + n_inferred)) if (n_marked + n_inferred) else None,
-        "inferred_citation_precision": m("inferred_citation_precision"),  # citations ragkit inferred from wording
+        "inferred_citation_precision": _mean(rows, "inferred_citation_precision"),  # citations ragkit inferred from wording
         **M.claim_scores(rows),  # claims tied to source sentences (ragkit.answer.claims)
+    }
+
+
+def _cost_figures(ok: list[dict]) -> dict:
+    """Prompt and completion tokens and the projected prefill, over the answered questions (`ok`)."""
+    tokens = [r["prompt_tokens"] for r in ok if r.get("prompt_tokens") is not None]
+    return {
         "prompt_tokens_mean": M.mean(tokens),
         "prompt_tokens_p50": M.percentile(tokens, 50),
         "prompt_tokens_p95": M.percentile(tokens, 95),
-        "cached_tokens_mean": cost("cached_tokens"),
-        "completion_tokens_mean": cost("completion_tokens"),
-        "projected_prefill_s_mean": cost("projected_prefill_s"),
+        "cached_tokens_mean": _mean(ok, "cached_tokens"),
+        "completion_tokens_mean": _mean(ok, "completion_tokens"),
+        "projected_prefill_s_mean": _mean(ok, "projected_prefill_s"),
         "projected_prefill_s_p95": M.percentile([r["projected_prefill_s"] for r in ok], 95),
     }
-    for st in STAGES:
-        vals = [r["timings"][st] for r in ok if st in r.get("timings", {})]
-        out[f"{st}_p50"] = M.percentile(vals, 50)
-        out[f"{st}_p95"] = M.percentile(vals, 95)
-    return out, nli, ab
 
 
 BY_TAG_KEYS = ("n_questions", "evidence_strict", "mrr_strict", "evidence_in_context", "page_hit", "mrr", "doc_recall", "answer_numbers_in_context",
