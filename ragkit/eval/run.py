@@ -97,43 +97,17 @@ class Answerer:
         return next((self._checklist[t] for t in item.tags if t in self._checklist), None)
 
     def answer(self, item: EvalItem) -> dict:
-        from ragkit.answer.ask import ask, ask_choice
-        from ragkit.retrieve import retrieve
-
-        docs = [item.doc] if item.doc else None
-        t0 = time.perf_counter()
-        res = None
-        finding = None
+        """The record answers.jsonl keeps for `item`: asked on the path its set is scored
+        through (`_ask`), its contexts ranked by retrieval, the answer or the checklist's
+        finding; a question that cannot be asked comes back as an error record."""
         try:
-            if self.retrieval_only:
-                r = retrieve(item.question, self.session, docs)
-                prompt, timings = r.prompt, dict(r.timings)
-                timings["total_s"] = time.perf_counter() - t0
-            elif (check := self._checklist_item(item)) is not None:
-                from ragkit.compare import check_item
-
-                finding, res = check_item(item.doc, check, self.session)
-                prompt, timings = res.prompt, dict(res.timings)
-            elif item.label:  # an NLI question outside the checklist: the options scored as they are
-                from ragkit.compare import YES_NO
-
-                res = ask_choice(item.question, YES_NO, self.session, docs)
-                prompt, timings = res.prompt, dict(res.timings)
-            else:
-                res = ask(item.question, self.session, docs)
-                prompt, timings = res.prompt, dict(res.timings)
+            prompt, timings, res, finding = self._ask(item)
         except UsageError as exc:  # this question cannot be asked (e.g. its doc is not in the store)
             # scored as a miss in every metric it would have counted for (score_item);
             # the mode and the answering path say which those are
             return {"id": item.id, "status": "error", "error": str(exc), "question": item.question, "doc": item.doc,
                     "retrieval_only": self.retrieval_only,
                     "checklist": not self.retrieval_only and self._checklist_item(item) is not None}
-        ctxs = list(prompt.contexts)
-        scores = {c.chunk_id: c.score for c in ctxs}
-        if ctxs and all(c.score == 0.0 for c in ctxs):
-            scores.update(self._dense_scores(item.question, ctxs))
-        ranked = sorted(ctxs, key=lambda c: (-scores.get(c.chunk_id, 0.0), c.n))
-        rank_of = {c.chunk_id: i for i, c in enumerate(ranked, 1)}
         rec = {
             "id": item.id,
             "status": "ok",
@@ -150,39 +124,82 @@ class Answerer:
             "citations": [],
             "invalid_citations": [],
             "timings": {k: round(v, 4) for k, v in timings.items()},
-            "contexts": [
-                {"n": c.n, "rank": rank_of[c.chunk_id], "doc": c.doc, "chunk_index": c.chunk_index, "page": c.page_start, "page_end": c.page_end,
-                 "section": c.section, "score": round(scores.get(c.chunk_id, 0.0), 4), "tokens": c.tokens,
-                 "chunk_id": c.chunk_id, "text": c.text}
-                for c in ctxs
-            ],
+            "contexts": self._ranked_contexts(item.question, list(prompt.contexts)),
         }
         if res is not None:
-            g = res.generation
-            rec.update({
-                "cached_tokens": g.cached_tokens if g else 0,
-                "completion_tokens": g.completion_tokens if g else 0,
-                "answer": res.answer,
-                "abstained": res.abstained,
-                "citations": [c.to_json() for c in res.citations],
-                "invalid_citations": list(res.invalid_citations),
-                "claims": [c.to_json() for c in getattr(res, "claims", [])],
-                "abstain_reason": res.abstain_reason,
-                # the three outcomes (ragkit.answer.ask), with the model's own text kept
-                "outcome": getattr(res, "outcome", None),
-                "answer_kind": getattr(res, "answer_kind", None),
-                "model_answer": getattr(res, "model_answer", None),
-                "passages": [p.to_json() for p in getattr(res, "passages", [])],
-            })
-            if res.choice is not None:
-                rec["prompt_tokens"] = res.choice.prompt_tokens or rec["prompt_tokens"]  # the prompt scored (clause mode: the quote)
-                rec["choice"] = {"option": res.choice.option, "scored": res.choice.scored,
-                                 "logprobs": {k: round(v, 4) for k, v in res.choice.logprobs.items()}}
+            _add_answer(rec, res)
         if finding is not None:
             rec["answer"] = finding.label
             rec["quote"] = {"text": finding.quote, "page": finding.page, "section": finding.section,
                             "confidence": finding.confidence, "closest": finding.closest}
         return rec
+
+    def _ask(self, item: EvalItem) -> tuple:
+        """(prompt, timings, answer or None, checklist finding or None) for `item`: retrieval
+        only, the checklist item it is scored through, the yes/no options of another NLI
+        question, or an ordinary question."""
+        from ragkit.answer.ask import ask, ask_choice
+        from ragkit.retrieve import retrieve
+
+        docs = [item.doc] if item.doc else None
+        t0 = time.perf_counter()
+        if self.retrieval_only:
+            r = retrieve(item.question, self.session, docs)
+            timings = dict(r.timings)
+            timings["total_s"] = time.perf_counter() - t0
+            return r.prompt, timings, None, None
+        if (check := self._checklist_item(item)) is not None:
+            from ragkit.compare import check_item
+
+            finding, res = check_item(item.doc, check, self.session)
+            return res.prompt, dict(res.timings), res, finding
+        if item.label:  # an NLI question outside the checklist: the options scored as they are
+            from ragkit.compare import YES_NO
+
+            res = ask_choice(item.question, YES_NO, self.session, docs)
+        else:
+            res = ask(item.question, self.session, docs)
+        return res.prompt, dict(res.timings), res, None
+
+    def _ranked_contexts(self, question: str, contexts: list) -> list[dict]:
+        """The prompt's contexts as recorded, each with its retrieval rank and score (a
+        prompt that holds the named documents whole carries none: ranked by similarity)."""
+        scores = {c.chunk_id: c.score for c in contexts}
+        if contexts and all(c.score == 0.0 for c in contexts):
+            scores.update(self._dense_scores(question, contexts))
+        ranked = sorted(contexts, key=lambda c: (-scores.get(c.chunk_id, 0.0), c.n))
+        rank_of = {c.chunk_id: i for i, c in enumerate(ranked, 1)}
+        return [
+            {"n": c.n, "rank": rank_of[c.chunk_id], "doc": c.doc, "chunk_index": c.chunk_index, "page": c.page_start,
+             "page_end": c.page_end, "section": c.section, "score": round(scores.get(c.chunk_id, 0.0), 4),
+             "tokens": c.tokens, "chunk_id": c.chunk_id, "text": c.text}
+            for c in contexts
+        ]
+
+
+def _add_answer(rec: dict, res) -> None:
+    """An answer's generation, text, citations, claims and outcome into its record (`res`:
+    a ragkit.answer.ask result); a scored choice's prompt and option log-probabilities."""
+    g = res.generation
+    rec.update({
+        "cached_tokens": g.cached_tokens if g else 0,
+        "completion_tokens": g.completion_tokens if g else 0,
+        "answer": res.answer,
+        "abstained": res.abstained,
+        "citations": [c.to_json() for c in res.citations],
+        "invalid_citations": list(res.invalid_citations),
+        "claims": [c.to_json() for c in getattr(res, "claims", [])],
+        "abstain_reason": res.abstain_reason,
+        # the three outcomes (ragkit.answer.ask), with the model's own text kept
+        "outcome": getattr(res, "outcome", None),
+        "answer_kind": getattr(res, "answer_kind", None),
+        "model_answer": getattr(res, "model_answer", None),
+        "passages": [p.to_json() for p in getattr(res, "passages", [])],
+    })
+    if res.choice is not None:
+        rec["prompt_tokens"] = res.choice.prompt_tokens or rec["prompt_tokens"]  # the prompt scored (clause mode: the quote)
+        rec["choice"] = {"option": res.choice.option, "scored": res.choice.scored,
+                         "logprobs": {k: round(v, 4) for k, v in res.choice.logprobs.items()}}
 
 
 # ---------------------------------------------------------------------- the run
