@@ -86,14 +86,42 @@ async def upload(request: Request, wait: bool = False) -> JSONResponse:
     with ?wait=true, 200 with the finished job. The job's `result` is ingest's report
     ({added, updated, unchanged, failed: [{file, error}], chunks, removed}); files that
     cannot be taken (bad name, unsupported type) are in `failed` and never written."""
-    from starlette.formparsers import MultiPartException
-
     web = _web(request)
     limit = web.upload_limit()
     cap = upload_request_cap(limit)  # the whole request (the guard in front lets this much through)
+    _refuse_declared_length(request, cap)
+    form = await _read_form(request, cap)
+    job: Job | None = None
+    staging: Path | None = None
+    try:
+        files = _uploaded_files(form, limit)
+        job = web.jobs.new("upload", total=len(files))
+        staging = web.uploads_dir() / ".incoming" / job.id
+        staged, rejected = await _stage(files, web.uploads_dir(), staging, limit)
+    except BaseException as exc:
+        await form.close()
+        _abandon(job, staging, exc)
+        raise
+    await form.close()
+    task = _start_ingest(web, job, staged, rejected, staging)
+    if wait:
+        await asyncio.shield(task)
+        return JSONResponse(job.to_json(), status_code=200)
+    return JSONResponse(job.to_json(), status_code=202)
+
+
+def _refuse_declared_length(request: Request, cap: int) -> None:
+    """413 before reading a byte when the request's Content-Length is over `cap`."""
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > cap:
         raise HTTPException(413, f"upload of {int(length) / 1e6:.0f} MB is over the limit of {cap / 1e6:.0f} MB per request")
+
+
+async def _read_form(request: Request, cap: int):
+    """The multipart form, its bytes counted as they arrive: 413 once they pass `cap`
+    (whatever the request declared), 400 for a form that is not multipart."""
+    from starlette.formparsers import MultiPartException
+
     seen = 0
     receive = request.receive
 
@@ -107,60 +135,71 @@ async def upload(request: Request, wait: bool = False) -> JSONResponse:
         return msg
 
     try:
-        form = await Request(request.scope, counted).form(max_files=MAX_UPLOAD_FILES, max_fields=20)
+        return await Request(request.scope, counted).form(max_files=MAX_UPLOAD_FILES, max_fields=20)
     except _TooLarge:
         raise HTTPException(413, f"upload is over the limit of {cap / 1e6:.0f} MB per request") from None
     except MultiPartException as exc:
         raise HTTPException(400, f"not a valid multipart upload: {exc.message}") from None
     except AssertionError as exc:  # starlette without python-multipart
         raise HTTPException(500, str(exc)) from None
-    try:
-        files = [v for _, v in form.multi_items() if hasattr(v, "filename") and hasattr(v, "file")]
-        if not files:
-            raise HTTPException(400, "no files in the upload (send multipart/form-data with one or more files)")
-        for f in files:
-            size = f.size if f.size is not None else 0
-            if size > limit:
-                raise HTTPException(413, f"{safe_display(f.filename)} is {size / 1e6:.1f} MB, over the limit of "
-                                         f"{limit / 1e6:.0f} MB per file (setting serve.max_upload_mb)")
-        job = web.jobs.new("upload", total=len(files))
-        staging = web.uploads_dir() / ".incoming" / job.id
-        staged: list[tuple[str, Path]] = []
-        rejected: list[dict] = []
-        names: set[str] = set()
-        await run_in_threadpool(_prepare_dirs, web.uploads_dir(), staging)
-        for f in files:
-            try:
-                name = safe_name(f.filename)
-            except UsageError as exc:
-                rejected.append({"file": safe_display(f.filename), "error": str(exc)})
-                continue
-            if name.lower() in names:
-                rejected.append({"file": name, "error": "the same file name twice in one upload"})
-                continue
-            names.add(name.lower())
-            try:
-                await run_in_threadpool(_write_new, staging / name, f.file, limit)
-            except _TooLarge:
-                raise HTTPException(413, f"{name} is over the limit of {limit / 1e6:.0f} MB per file") from None
-            staged.append((name, staging / name))
-    except BaseException as exc:
-        await form.close()
-        if "staging" in locals():
-            shutil.rmtree(staging, ignore_errors=True)
-        if "job" in locals():  # refused before it started: the job says so too
-            job.status, job.finished = "error", time.time()
-            job.error = str(exc.detail) if isinstance(exc, HTTPException) else "the upload was interrupted"
-        raise
-    await form.close()
+
+
+def _uploaded_files(form, limit: int) -> list:
+    """The form's files (any field name): 400 when there is none, 413 when one says it is
+    over `limit` bytes."""
+    files = [v for _, v in form.multi_items() if hasattr(v, "filename") and hasattr(v, "file")]
+    if not files:
+        raise HTTPException(400, "no files in the upload (send multipart/form-data with one or more files)")
+    for f in files:
+        size = f.size if f.size is not None else 0
+        if size > limit:
+            raise HTTPException(413, f"{safe_display(f.filename)} is {size / 1e6:.1f} MB, over the limit of "
+                                     f"{limit / 1e6:.0f} MB per file (setting serve.max_upload_mb)")
+    return files
+
+
+async def _stage(files: list, uploads: Path, staging: Path, limit: int) -> tuple[list[tuple[str, Path]], list[dict]]:
+    """Each file written under its safe name to `staging` (a new folder of `uploads`):
+    (the staged (name, path) pairs, the files refused with their reasons: a name that
+    is not usable, or the same name twice). 413 for a file that turns out over `limit`."""
+    staged: list[tuple[str, Path]] = []
+    rejected: list[dict] = []
+    names: set[str] = set()
+    await run_in_threadpool(_prepare_dirs, uploads, staging)
+    for f in files:
+        try:
+            name = safe_name(f.filename)
+        except UsageError as exc:
+            rejected.append({"file": safe_display(f.filename), "error": str(exc)})
+            continue
+        if name.lower() in names:
+            rejected.append({"file": name, "error": "the same file name twice in one upload"})
+            continue
+        names.add(name.lower())
+        try:
+            await run_in_threadpool(_write_new, staging / name, f.file, limit)
+        except _TooLarge:
+            raise HTTPException(413, f"{name} is over the limit of {limit / 1e6:.0f} MB per file") from None
+        staged.append((name, staging / name))
+    return staged, rejected
+
+
+def _abandon(job: Job | None, staging: Path | None, exc: BaseException) -> None:
+    """An upload refused or interrupted while staging: its staged files go, and its job
+    (when there is one) is an error that says why."""
+    if staging is not None:
+        shutil.rmtree(staging, ignore_errors=True)
+    if job is not None:  # refused before it started: the job says so too
+        job.status, job.finished = "error", time.time()
+        job.error = str(exc.detail) if isinstance(exc, HTTPException) else "the upload was interrupted"
+
+
+def _start_ingest(web: WebState, job: Job, staged: list[tuple[str, Path]], rejected: list[dict], staging: Path):
+    """The job's files (the rejected ones already done) and its ingest started: the task."""
     job.files = [{"file": r["file"], "status": "rejected", "error": r["error"]} for r in rejected]
     job.total = len(staged) + len(rejected)
     job.done = len(rejected)
-    task = web.start(job, lambda j: _ingest_uploads(web, j, staged, rejected, staging))
-    if wait:
-        await asyncio.shield(task)
-        return JSONResponse(job.to_json(), status_code=200)
-    return JSONResponse(job.to_json(), status_code=202)
+    return web.start(job, lambda j: _ingest_uploads(web, j, staged, rejected, staging))
 
 
 def safe_display(name: str | None) -> str:
