@@ -14,7 +14,7 @@ import re
 from datetime import date
 from typing import IO
 
-from ragkit.compare import Comparison, Finding, _conf, claim_support, cost_line, missing
+from ragkit.compare import Comparison, Finding, Row, _conf, claim_support, cost_line, missing
 from ragkit.retrieve.prompt import format_location
 
 MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -167,20 +167,38 @@ def to_docx(result: Comparison, path_or_stream: "str | IO[bytes]", *, checklist_
             today: date | None = None) -> None:
     """Write the comparison memo as a .docx to a path or a binary stream."""
     from docx import Document
-    from docx.enum.section import WD_ORIENT
-    from docx.enum.table import WD_CELL_VERTICAL_ALIGNMENT, WD_TABLE_ALIGNMENT
-    from docx.enum.text import WD_ALIGN_PARAGRAPH
-    from docx.oxml.ns import qn
-    from docx.shared import Inches, Pt, RGBColor
 
     today = today or date.today()
     checklist_name = checklist_name or result.checklist
     doc = Document()
-    sec = doc.sections[0]
-    sec.orientation = WD_ORIENT.LANDSCAPE
-    sec.page_width, sec.page_height = Inches(PAGE_W_IN), Inches(PAGE_H_IN)
+    section = _landscape_page(doc)
+    _memo_styles(doc)
+    title = f"Clause comparison: {_names(result.docs)}"
+    _heading(doc, result, title, checklist_name, today)
+    _page_footer(doc, section, f"{title} · {_long_date(today)} · page ")
+    _comparison_table(doc, result)
+    _cost_paragraph(doc, result)
+    doc.save(path_or_stream)
+
+
+def _landscape_page(doc):
+    """The document's one section: US Letter landscape with MARGIN_IN margins (returned)."""
+    from docx.enum.section import WD_ORIENT
+    from docx.shared import Inches
+
+    section = doc.sections[0]
+    section.orientation = WD_ORIENT.LANDSCAPE
+    section.page_width, section.page_height = Inches(PAGE_W_IN), Inches(PAGE_H_IN)
     for side in ("left_margin", "right_margin", "top_margin", "bottom_margin"):
-        setattr(sec, side, Inches(MARGIN_IN))
+        setattr(section, side, Inches(MARGIN_IN))
+    return section
+
+
+def _memo_styles(doc) -> None:
+    """The Normal style (FONT at 9 pt, East Asian text too) and Heading 1 (15 pt, tight)."""
+    from docx.oxml.ns import qn
+    from docx.shared import Pt
+
     normal = doc.styles["Normal"]
     normal.font.name = FONT
     normal.element.get_or_add_rPr().get_or_add_rFonts().set(qn("w:eastAsia"), FONT)
@@ -190,7 +208,10 @@ def to_docx(result: Comparison, path_or_stream: "str | IO[bytes]", *, checklist_
     h1.paragraph_format.space_before, h1.paragraph_format.space_after = Pt(0), Pt(4)
     normal.paragraph_format.space_after = Pt(4)
 
-    title = f"Clause comparison: {_names(result.docs)}"
+
+def _heading(doc, result: Comparison, title: str, checklist_name: str, today: date) -> None:
+    """The document's title and subject, the heading, the date and checklist line, and
+    the line that tells the reader to read the quotes."""
     doc.core_properties.title = _xml_text(title)
     doc.core_properties.subject = _xml_text(f"checklist {checklist_name}")
     _run(doc.add_heading("", level=1), title)
@@ -200,50 +221,77 @@ def to_docx(result: Comparison, path_or_stream: "str | IO[bytes]", *, checklist_
     _run(doc.add_paragraph(), "Each label comes with the quote it was decided on: read the quote. "
          "⚠ marks a note the reader must see.", italic=True, color=GREY)
 
+
+def _page_footer(doc, section, text: str) -> None:
+    """The section's footer, right-aligned: `text` and the page number."""
+    from docx.enum.text import WD_ALIGN_PARAGRAPH
+    from docx.shared import Pt, RGBColor
+
     footer = doc.styles["Footer"]  # the page number is a field: it takes the paragraph's style
     footer.font.size, footer.font.color.rgb = Pt(8), RGBColor.from_string(GREY)
-    foot = sec.footer.paragraphs[0]
+    foot = section.footer.paragraphs[0]
     foot.style = footer
     foot.alignment = WD_ALIGN_PARAGRAPH.RIGHT
-    _run(foot, f"{title} · {_long_date(today)} · page ")
+    _run(foot, text)
     _page_field(foot.add_run())
 
-    n = len(result.docs)
-    usable = PAGE_W_IN - 2 * MARGIN_IN
-    doc_in = (usable - CLAUSE_IN - DIFF_IN) / max(n, 1)
-    widths = [Inches(CLAUSE_IN)] + [Inches(doc_in)] * n + [Inches(DIFF_IN)]
 
-    table = doc.add_table(rows=1, cols=n + 2)
+def _column_widths(n_docs: int) -> list:
+    """The clause column, a column per document sharing what is left, the difference column."""
+    from docx.shared import Inches
+
+    usable = PAGE_W_IN - 2 * MARGIN_IN
+    doc_in = (usable - CLAUSE_IN - DIFF_IN) / max(n_docs, 1)
+    return [Inches(CLAUSE_IN)] + [Inches(doc_in)] * n_docs + [Inches(DIFF_IN)]
+
+
+def _comparison_table(doc, result: Comparison) -> None:
+    """The table: a header row repeated on every page, then a row per checklist item."""
+    from docx.enum.table import WD_TABLE_ALIGNMENT
+
+    widths = _column_widths(len(result.docs))
+    table = doc.add_table(rows=1, cols=len(result.docs) + 2)
     table.style = "Table Grid"
     table.alignment = WD_TABLE_ALIGNMENT.CENTER
     table.autofit = False
     for col, w in zip(table.columns, widths):
         col.width = w
-
-    def fill(row) -> None:
-        for cell, w in zip(row.cells, widths):
-            cell.width = w
-
     header = table.rows[0]
     _row_props(header, header=True)
-    fill(header)
+    _cell_widths(header, widths)
     for cell, text in zip(header.cells, ["Clause", *result.docs, "Difference"]):
         _run(_para(cell, True), text, bold=True)
         _shade(cell, HEADER_FILL)
     for r in result.rows:
-        row = table.add_row()
-        _row_props(row)
-        fill(row)
-        cells = row.cells
-        _run(_para(cells[0], True), r.item.title, bold=True)
-        _run(_para(cells[0], False), r.item.question, color=GREY, size=8)
-        for cell, d in zip(cells[1:-1], result.docs):
-            _finding_cell(cell, r.findings.get(d))
-        _difference_cell(cells[-1], r.difference)
-        for cell in cells:
-            cell.vertical_alignment = WD_CELL_VERTICAL_ALIGNMENT.TOP
+        _item_row(table.add_row(), r, result.docs, widths)
+
+
+def _cell_widths(row, widths: list) -> None:
+    for cell, w in zip(row.cells, widths):
+        cell.width = w
+
+
+def _item_row(row, item_row: Row, docs: list[str], widths: list) -> None:
+    """One checklist item's row: the clause (title and question), its finding in each
+    document, the difference; every cell aligned to the top."""
+    from docx.enum.table import WD_CELL_VERTICAL_ALIGNMENT
+
+    _row_props(row)
+    _cell_widths(row, widths)
+    cells = row.cells
+    _run(_para(cells[0], True), item_row.item.title, bold=True)
+    _run(_para(cells[0], False), item_row.item.question, color=GREY, size=8)
+    for cell, d in zip(cells[1:-1], docs):
+        _finding_cell(cell, item_row.findings.get(d))
+    _difference_cell(cells[-1], item_row.difference)
+    for cell in cells:
+        cell.vertical_alignment = WD_CELL_VERTICAL_ALIGNMENT.TOP
+
+
+def _cost_paragraph(doc, result: Comparison) -> None:
+    """The cost line that closes the memo."""
+    from docx.shared import Pt
 
     p = doc.add_paragraph()
     p.paragraph_format.space_before = Pt(8)
     _run(p, cost_line(result), color=GREY, size=8)
-    doc.save(path_or_stream)
