@@ -484,7 +484,7 @@ def test_upload_names_are_sanitised(client, web_store, tmp_path):
         assert (uploads / want).is_file()
     assert {p.name for p in uploads.iterdir()} <= {
         "passwd.md", "evil.md", "hidden.md", "abc.md", "spaced name .md", "%2f..%2fpct.md", ".incoming", "widget-memo.md",
-        "scripted.txt", "planted.md", "keeper.md", "tiny.txt", "moving.pdf"}
+        "scripted.txt", "planted.md", "keeper.md", "tiny.txt", "moving.pdf", "one-embedder.md"}
     bad = upload(client, [("..", GOOD_MD), ("", GOOD_MD), ("/", GOOD_MD), ("evil.exe", b"MZ")]).json()
     assert bad["result"]["added"] == 0 and len(bad["result"]["failed"]) >= 3
 
