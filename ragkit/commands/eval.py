@@ -67,20 +67,52 @@ def run_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Answer every question of a set, checkpointing as it goes (rerun to resume), then score and report."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
     from ragkit.errors import RagkitError
     from ragkit.eval.run import RunOptions, run_eval
 
     cli = _cli()
-    err = cli.err
-    progress = Progress(
+    progress = _questions_progress(cli.err)
+    try:
+        with progress:
+            report = run_eval(
+                RunOptions(set_path=set_path, out=out, corpus=list(corpus), store=store, profile=profile, limit=limit,
+                           retrieval_only=retrieval_only, concurrency=concurrency),
+                on_event=_RunEvents(cli.err, progress), answer_many_for=lambda settings: _cluster_answerer(cluster, settings),
+            )
+    except RagkitError as exc:
+        cli._fail(exc, as_json)
+        return
+    except KeyboardInterrupt:
+        cli.err.print("interrupted: answers so far are saved; run the same command again to continue")
+        raise typer.Exit(130)
+    if as_json:
+        cli._print_json({"out": str(out), "notes": report.get("notes", []), "metrics": report["metrics"],
+                         "nli": report.get("nli"), "files": report["files"], "rows": report["rows"]})
+        return
+    _say_report(cli, report, out)
+
+
+def _questions_progress(err):
+    """The questions' progress bar on stderr (count, elapsed, eta), drawn only on a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("eta"), TimeRemainingColumn(), console=err, transient=False, disable=not err.is_terminal,
     )
-    state: dict[str, Any] = {}
 
-    def on_event(kind: str, info: dict) -> None:
+
+class _RunEvents:
+    """run_eval's events said on stderr: the ingest of --corpus, notes, and each question
+    answered (on the bar, or a line with elapsed and eta where stderr is not a terminal)."""
+
+    def __init__(self, err, progress) -> None:
+        self.err = err
+        self.progress = progress
+        self.state: dict[str, Any] = {}
+
+    def __call__(self, kind: str, info: dict) -> None:
+        err = self.err
         if kind == "ingest":
             err.print(f"ingesting {', '.join(info['paths'])} into {info['store']}", highlight=False)
         elif kind == "ingested":
@@ -88,57 +120,53 @@ def run_cmd(
         elif kind == "note":
             err.print(f"[yellow]note:[/] {info['message']}", highlight=False)
         elif kind == "start":
-            state.update(total=info["total"], done=info["done"], t0=time.monotonic(), n=0)
-            if info["done"]:
-                err.print(f"resuming: {info['done']} of {info['total']} already answered", highlight=False)
-            state["task"] = progress.add_task("questions", total=info["total"], completed=info["done"])
+            self.start(info)
         elif kind == "answered":
-            state["n"] += 1
-            state["done"] += 1
-            progress.advance(state["task"])
-            if info["status"] != "ok":
-                progress.console.print(f"[red]  error[/] {info['id']}: {info['error']}", highlight=False)
-            if not err.is_terminal:
-                el = time.monotonic() - state["t0"]
-                left = state["total"] - state["done"]
-                eta = el / state["n"] * left
-                err.print(f"[{state['done']}/{state['total']}] {info['id']} {info['status']} "
-                          f"elapsed {el:.0f}s eta {eta:.0f}s", highlight=False)
+            self.answered(info)
         elif kind == "done":
-            progress.stop()
+            self.progress.stop()
 
-    try:
-        with progress:
-            report = run_eval(
-                RunOptions(set_path=set_path, out=out, corpus=list(corpus), store=store, profile=profile, limit=limit,
-                           retrieval_only=retrieval_only, concurrency=concurrency),
-                on_event=on_event, answer_many_for=lambda settings: _cluster_answerer(cluster, settings),
-            )
-    except RagkitError as exc:
-        cli._fail(exc, as_json)
-        return
-    except KeyboardInterrupt:
-        err.print("interrupted: answers so far are saved; run the same command again to continue")
-        raise typer.Exit(130)
-    m = report["metrics"]
-    notes = report.get("notes", [])
-    if as_json:
-        cli._print_json({"out": str(out), "notes": notes, "metrics": m, "nli": report.get("nli"), "files": report["files"],
-                         "rows": report["rows"]})
-        return
+    def start(self, info: dict) -> None:
+        """The run's questions counted (resuming: those already answered) and its bar started."""
+        state = self.state
+        state.update(total=info["total"], done=info["done"], t0=time.monotonic(), n=0)
+        if info["done"]:
+            self.err.print(f"resuming: {info['done']} of {info['total']} already answered", highlight=False)
+        state["task"] = self.progress.add_task("questions", total=info["total"], completed=info["done"])
+
+    def answered(self, info: dict) -> None:
+        """One question answered: the bar advanced, an error said, and off a terminal a line
+        with the count, elapsed time and eta (from this run's own pace)."""
+        state = self.state
+        state["n"] += 1
+        state["done"] += 1
+        self.progress.advance(state["task"])
+        if info["status"] != "ok":
+            self.progress.console.print(f"[red]  error[/] {info['id']}: {info['error']}", highlight=False)
+        if not self.err.is_terminal:
+            el = time.monotonic() - state["t0"]
+            left = state["total"] - state["done"]
+            eta = el / state["n"] * left
+            self.err.print(f"[{state['done']}/{state['total']}] {info['id']} {info['status']} "
+                           f"elapsed {el:.0f}s eta {eta:.0f}s", highlight=False)
+
+
+def _say_report(cli, report: dict, out: Path) -> None:
+    """The run's notes, then its metrics as a table, where the report went and the rows."""
     from rich.markup import escape
     from rich.table import Table
 
     from ragkit.eval.report import fmt
 
-    for note in notes:  # before the figures: errored questions are misses in them
+    metrics = report["metrics"]
+    for note in report.get("notes", []):  # before the figures: errored questions are misses in them
         cli.out.print(f"[bold red]{escape(note)}[/] (every metric they would have counted for)", highlight=False)
     table = Table("metric", "value")
-    for k, v in m.items():
+    for k, v in metrics.items():
         if v is not None:
             table.add_row(k, fmt(v))
     cli.out.print(table)
-    err.print(f"report: {out / 'report.html'}", highlight=False)
+    cli.err.print(f"report: {out / 'report.html'}", highlight=False)
     _say_rows(cli, report)
 
 
