@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from ragkit.answer.numbers import unsupported_figures  # the one figure check of ask, chat, compare and serve
@@ -98,137 +99,215 @@ def _clause_builder(generator, settings: Session | Settings):
 YES_NO = ["Yes", "No", "Not mentioned"]
 
 
+@dataclass
+class _Label:
+    """What check_item decides for one item of one document, step by step: the label and
+    the model's confidence, a note for the reader, the quote with its place and evidence,
+    the scores, and for a free-text item its claims and outcome."""
+
+    label: str
+    confidence: float | None = None
+    note: str | None = None
+    claims: list[dict] = field(default_factory=list)  # a free-text answer's claims, each tied to the sentence that supports it
+    outcome: str | None = None  # a free-text answer's outcome (ragkit.answer.ask)
+    quote: str | None = None
+    page: int | None = None
+    section: str | None = None
+    evidence: dict | None = None
+    scores: dict = field(default_factory=dict)
+    closest: str | None = None
+
+
 def check_item(doc: str, item: ChecklistItem, settings: Session | Settings) -> tuple[Finding, "AskResult"]:
     """One checklist item asked of one document: the label (Yes / No / Not mentioned for
     a hypothesis item, Found for a free-text one), the model's confidence, and the quote.
     Used by `compare` and by the ContractNLI scoring in `ragkit eval run`."""
-    from ragkit.answer.ask import ask, ask_choice
-    from ragkit.generate.base import option_scores
-
-    settings = Session.of(settings)  # one session for every step below (a Settings: for this item)
-    cs = settings.settings.compare
-    confidence = None
-    note = None
-    claims: list[dict] = []  # a free-text answer's claims, each tied to the sentence that supports it
-    outcome = None  # a free-text answer's outcome (ragkit.answer.ask)
+    session = Session.of(settings)  # one session for every step below (a Settings: for this item)
     chosen: dict = {}  # the quote, when clause mode already chose it
     if item.hypothesis is not None:
-        # the label is the option the model scores highest, not parsed from free text;
-        # decided on the quoted clause alone, or on the whole context (label_context)
-        q = f"{item.question} Answer with exactly one of: Yes, No, Not mentioned."
-        narrow = (lambda p, gen: clause_prompt(p, item, q, gen, settings, chosen)) if cs.label_context == "clause" else None
-        r = ask_choice(q, YES_NO, settings, [doc], narrow=narrow)
-        if r.choice is not None and r.choice.scored:
-            if r.choice.token_logprobs and r.choice.score != cs.option_score:
-                r.choice.logprobs = option_scores(r.choice.token_logprobs, cs.option_score)
-                r.choice.score = cs.option_score
-                r.choice.option = r.answer = max(r.choice.logprobs, key=r.choice.logprobs.get)
-            if cs.calibrate and narrow is not None:
-                _calibrate(r, item, q, settings)
-            confidence = round(r.choice.confidence, 3)
-        if r.choice is not None and r.choice.note:
-            note = r.choice.note  # e.g. the engine gave no log-probabilities: the label was read from a short answer
-        label = "Not mentioned" if r.abstained else (r.answer or "Unclear")
+        r, decided = _hypothesis_label(doc, item, session, chosen)
     else:
-        from ragkit.answer.citations import is_abstention
-
-        r = ask(item.question, settings, [doc])
-        outcome = r.outcome
-        if outcome == "unverified":
-            # no claim of the model's answer holds ("1 year" where the contract leaves the
-            # term to its cover page), or the model said the document is silent, while the
-            # document has passages on point: the clause is there, and its quote is what
-            # the reader relies on
-            if r.model_answer and not is_abstention(r.model_answer):
-                r.answer = r.model_answer
-            note = "not verified against the document: no claim of the model's answer is supported; rely on the quote"
-        label = "Not mentioned" if outcome == "not_found" else "Found"
-        # the model's own text, when it is an answer: its figures the document lacks are noted
-        said = r.model_answer if outcome == "unverified" else (r.answer if r.answer_kind == "generated" else None)
-        bad = unsupported_figures(said, r.prompt.contexts) if label == "Found" and said and not is_abstention(said) else []
-        claims = [c.to_json() for c in r.claims] if label == "Found" else []
-        if bad:
-            note = f"the answer names {', '.join(bad)}, which the document does not contain: rely on the quote"
+        r, decided = _free_text_label(doc, item, session)
     if not r.prompt.contexts:
         raise UsageError(f"{doc} could not be represented in the prompt", hint="raise generator.n_ctx")
-    g = r.generation
-    # the quote: the clause of this document that matches the checklist item best (chosen
-    # from the sources, not from the model's citation: a small model often cites the
-    # wrong block)
-    found = chosen["quote"] if "quote" in chosen else _best_quote(r.prompt.contexts, item, settings=settings)
-    top, quote = found if found else (None, None)
-    ev = evidence(item, r.prompt.contexts, quote, settings)
-    scores: dict = {}
-    closest = None
-    page, section = (top.page_start, top.section) if top else (None, None)
-    if item.hypothesis is not None and r.choice is not None and not r.abstained and cs.not_mentioned == "evidence":
-        topical = [(u, h) for u, h in _document_sentences(r.prompt.contexts, settings) if item.names_item(u)] if item.terms else []
-        # one permission answers an item that asks whether something is allowed at all: read first
-        yes = next(((u, h, w) for u, h in topical if (w := item.affirm_in(u))), None) if item.affirm else None
-        cue = next(((u, h, w) for u, h in topical if (w := item.contrary_in(u))), None) if item.contrary and not yes else None
-    else:
-        topical, cue, yes = [], None, None
+    _quote(decided, r, item, session, chosen)
     if item.hypothesis is not None and r.choice is not None and not r.abstained:
-        if yes is not None:
-            # the document grants what the item asks in so many words ("may disclose ... to its
-            # attorneys"): Yes, and that sentence is the quote, whatever the model scored
-            label, quote, confidence, scores = "Yes", yes[0], None, {}
-            page, section = _where(yes[1])
-            note = f"Yes: the document says “{yes[2]}”"
-            ev = evidence(item, r.prompt.contexts, quote, settings)
-        elif cue is not None:
-            # the document says the opposite in so many words ("whether or not marked"):
-            # No, and that sentence is the quote, whatever the model scored
-            label, quote, confidence, scores = "No", cue[0], None, {}
-            page, section = _where(cue[1])
-            note = f"No: the document says “{cue[2]}”, the opposite of the item"
-            ev = evidence(item, r.prompt.contexts, quote, settings)
-        elif cs.not_mentioned == "evidence" and item.terms and not topical:
-            # no sentence of the document names the item ("reverse engineer", "decompile"):
-            # Not mentioned, whatever the nearest passage scores
-            label, closest, quote, top, confidence = "Not mentioned", quote, None, None, None
-            page = section = None
-            note = "Not mentioned: no sentence of the document names " + ", ".join(f"“{t}”" for t in item.terms[:4]) + (" …" if len(item.terms) > 4 else "")
-        elif cs.not_mentioned == "evidence" and item.words_only:
-            # an item only its words decide: neither its affirming nor its contrary wording is there
-            label, closest, quote, top, confidence = "Not mentioned", quote, None, None, None
-            page = section = None
-            said = [*item.affirm[:2], *item.contrary[:2]]
-            note = "Not mentioned: no sentence of the document says " + " or ".join(f"“{t}”" for t in said) + " or the like"
-        elif cs.not_mentioned == "evidence" and not on_point(ev, cs):
-            # no passage of the document is about the item: Not mentioned, whatever the
-            # model says of the nearest one (it answers Yes or No about whatever it is shown)
-            label, closest, quote, top, confidence = "Not mentioned", quote, None, None, None
-            page = section = None
-        elif r.choice.scored:
-            scores = dict(r.choice.logprobs)
-            if cs.not_mentioned == "evidence":  # on point: the model chooses between Yes and No
-                scores = _renormalised({o: v for o, v in scores.items() if o != "Not mentioned"})
-                no_min = cs.no_min_confidence
-                label = "No" if no_min is not None and math.exp(scores["No"]) >= no_min else "Yes"
-                # without a No threshold the Yes says "on point, no contrary wording", not the
-                # model's probability (its scores stay in the JSON)
-                confidence = round(math.exp(scores[label]), 3) if no_min is not None else None
-    finding = Finding(
+        _label_on_evidence(decided, r, item, session)
+    return _finding(decided, r), r
+
+
+def _hypothesis_label(doc: str, item: ChecklistItem, session: Session, chosen: dict) -> tuple["AskResult", _Label]:
+    """A hypothesis item's label: the option the model scores highest (not parsed from
+    free text), decided on the quoted clause alone or on the whole context
+    (compare.label_context), rescored and calibrated as compare says."""
+    from ragkit.answer.ask import ask_choice
+
+    cs = session.settings.compare
+    q = f"{item.question} Answer with exactly one of: Yes, No, Not mentioned."
+    narrow = (lambda p, gen: clause_prompt(p, item, q, gen, session, chosen)) if cs.label_context == "clause" else None
+    r = ask_choice(q, YES_NO, session, [doc], narrow=narrow)
+    confidence = None
+    note = None
+    if r.choice is not None and r.choice.scored:
+        if r.choice.token_logprobs and r.choice.score != cs.option_score:
+            _rescore(r, cs.option_score)
+        if cs.calibrate and narrow is not None:
+            _calibrate(r, item, q, session)
+        confidence = round(r.choice.confidence, 3)
+    if r.choice is not None and r.choice.note:
+        note = r.choice.note  # e.g. the engine gave no log-probabilities: the label was read from a short answer
+    label = "Not mentioned" if r.abstained else (r.answer or "Unclear")
+    return r, _Label(label, confidence=confidence, note=note)
+
+
+def _rescore(r, option_score: str) -> None:
+    """The options scored from their token log-probabilities as compare.option_score says,
+    and the option chosen again on those scores."""
+    from ragkit.generate.base import option_scores
+
+    r.choice.logprobs = option_scores(r.choice.token_logprobs, option_score)
+    r.choice.score = option_score
+    r.choice.option = r.answer = max(r.choice.logprobs, key=r.choice.logprobs.get)
+
+
+def _free_text_label(doc: str, item: ChecklistItem, session: Session) -> tuple["AskResult", _Label]:
+    """A free-text item's label (Found, or Not mentioned when ask found nothing), its
+    claims and outcome, and a note when the answer is unverified or names figures the
+    document lacks."""
+    from ragkit.answer.ask import ask
+    from ragkit.answer.citations import is_abstention
+
+    r = ask(item.question, session, [doc])
+    outcome = r.outcome
+    note = None
+    if outcome == "unverified":
+        # no claim of the model's answer holds ("1 year" where the contract leaves the
+        # term to its cover page), or the model said the document is silent, while the
+        # document has passages on point: the clause is there, and its quote is what
+        # the reader relies on
+        if r.model_answer and not is_abstention(r.model_answer):
+            r.answer = r.model_answer
+        note = "not verified against the document: no claim of the model's answer is supported; rely on the quote"
+    label = "Not mentioned" if outcome == "not_found" else "Found"
+    # the model's own text, when it is an answer: its figures the document lacks are noted
+    said = r.model_answer if outcome == "unverified" else (r.answer if r.answer_kind == "generated" else None)
+    bad = unsupported_figures(said, r.prompt.contexts) if label == "Found" and said and not is_abstention(said) else []
+    claims = [c.to_json() for c in r.claims] if label == "Found" else []
+    if bad:
+        note = f"the answer names {', '.join(bad)}, which the document does not contain: rely on the quote"
+    return r, _Label(label, note=note, claims=claims, outcome=outcome)
+
+
+def _quote(decided: _Label, r, item: ChecklistItem, session: Session, chosen: dict) -> None:
+    """The quote: the clause of this document that matches the checklist item best (chosen
+    from the sources, not from the model's citation: a small model often cites the wrong
+    block), its page and section, and its evidence."""
+    found = chosen["quote"] if "quote" in chosen else _best_quote(r.prompt.contexts, item, settings=session)
+    top, quote = found if found else (None, None)
+    decided.quote = quote
+    decided.evidence = evidence(item, r.prompt.contexts, quote, session)
+    decided.page, decided.section = (top.page_start, top.section) if top else (None, None)
+
+
+def _label_on_evidence(decided: _Label, r, item: ChecklistItem, session: Session) -> None:
+    """A hypothesis item's label as the document's own sentences decide it: its wording
+    that grants or denies the item in so many words, then (compare.not_mentioned
+    "evidence") no sentence that names the item or no passage on point, and else the
+    model's choice between Yes and No."""
+    cs = session.settings.compare
+    evidence_decides = cs.not_mentioned == "evidence"
+    topical, yes, cue = _wording(item, r.prompt.contexts, session) if evidence_decides else ([], None, None)
+    if yes is not None:
+        # the document grants what the item asks in so many words ("may disclose ... to its
+        # attorneys"): Yes, and that sentence is the quote, whatever the model scored
+        _said_in_so_many_words(decided, "Yes", yes, item, r, session)
+        decided.note = f"Yes: the document says “{yes[2]}”"
+    elif cue is not None:
+        # the document says the opposite in so many words ("whether or not marked"):
+        # No, and that sentence is the quote, whatever the model scored
+        _said_in_so_many_words(decided, "No", cue, item, r, session)
+        decided.note = f"No: the document says “{cue[2]}”, the opposite of the item"
+    elif evidence_decides and item.terms and not topical:
+        # no sentence of the document names the item ("reverse engineer", "decompile"):
+        # Not mentioned, whatever the nearest passage scores
+        _not_mentioned(decided)
+        decided.note = "Not mentioned: no sentence of the document names " + ", ".join(f"“{t}”" for t in item.terms[:4]) + (" …" if len(item.terms) > 4 else "")
+    elif evidence_decides and item.words_only:
+        # an item only its words decide: neither its affirming nor its contrary wording is there
+        _not_mentioned(decided)
+        said = [*item.affirm[:2], *item.contrary[:2]]
+        decided.note = "Not mentioned: no sentence of the document says " + " or ".join(f"“{t}”" for t in said) + " or the like"
+    elif evidence_decides and not on_point(decided.evidence, cs):
+        # no passage of the document is about the item: Not mentioned, whatever the
+        # model says of the nearest one (it answers Yes or No about whatever it is shown)
+        _not_mentioned(decided)
+    elif r.choice.scored:
+        _yes_or_no(decided, r, cs)
+
+
+def _wording(item: ChecklistItem, contexts, session: Session):
+    """(the document's sentences that name the item, the first that affirms it, the first
+    that says its contrary): one permission answers an item that asks whether something
+    is allowed at all, so the affirming wording is read first and, when found, no
+    contrary is looked for."""
+    topical = [(u, h) for u, h in _document_sentences(contexts, session) if item.names_item(u)] if item.terms else []
+    yes = next(((u, h, w) for u, h in topical if (w := item.affirm_in(u))), None) if item.affirm else None
+    cue = next(((u, h, w) for u, h in topical if (w := item.contrary_in(u))), None) if item.contrary and not yes else None
+    return topical, yes, cue
+
+
+def _said_in_so_many_words(decided: _Label, label: str, sentence: tuple, item: ChecklistItem, r, session: Session) -> None:
+    """`label` because the document says so in `sentence` (its text, its hit, the
+    words): that sentence is the quote, with its place and evidence; no confidence or
+    scores (the model did not decide)."""
+    decided.label, decided.quote, decided.confidence, decided.scores = label, sentence[0], None, {}
+    decided.page, decided.section = _where(sentence[1])
+    decided.evidence = evidence(item, r.prompt.contexts, decided.quote, session)
+
+
+def _not_mentioned(decided: _Label) -> None:
+    """Not mentioned: no quote, no place and no confidence; the quote is kept as the closest clause."""
+    decided.label, decided.closest, decided.quote, decided.confidence = "Not mentioned", decided.quote, None, None
+    decided.page = decided.section = None
+
+
+def _yes_or_no(decided: _Label, r, cs) -> None:
+    """The model's scores; with compare.not_mentioned "evidence" (the quote is on point)
+    the model chooses between Yes and No: No when its probability reaches
+    compare.no_min_confidence."""
+    scores = dict(r.choice.logprobs)
+    if cs.not_mentioned == "evidence":  # on point: the model chooses between Yes and No
+        scores = _renormalised({o: v for o, v in scores.items() if o != "Not mentioned"})
+        no_min = cs.no_min_confidence
+        decided.label = "No" if no_min is not None and math.exp(scores["No"]) >= no_min else "Yes"
+        # without a No threshold the Yes says "on point, no contrary wording", not the
+        # model's probability (its scores stay in the JSON)
+        decided.confidence = round(math.exp(scores[decided.label]), 3) if no_min is not None else None
+    decided.scores = scores
+
+
+def _finding(decided: _Label, r) -> Finding:
+    """The Finding of the label decided, with the prompt's cost and time."""
+    g = r.generation
+    return Finding(
         doc=r.prompt.contexts[0].doc,
-        label=label,
+        label=decided.label,
         answer=r.answer,
-        quote=quote,
-        page=page,
-        section=section,
+        quote=decided.quote,
+        page=decided.page,
+        section=decided.section,
         path=None,
         prompt_tokens=g.prompt_tokens if g and g.prompt_tokens else len(r.prompt.ids),  # the prompt actually scored
         cached_tokens=g.cached_tokens if g else 0,
         seconds=r.timings.get("total_s", 0.0),
-        confidence=confidence,
-        note=note,
-        evidence=ev,
-        scores=scores,
-        closest=closest,
-        claims=claims,
-        outcome=outcome,
+        confidence=decided.confidence,
+        note=decided.note,
+        evidence=decided.evidence,
+        scores=decided.scores,
+        closest=decided.closest,
+        claims=decided.claims,
+        outcome=decided.outcome,
     )
-    return finding, r
 
 
 def compare(
