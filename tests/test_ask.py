@@ -29,6 +29,7 @@ def test_ask_answers_from_one_document_with_citations(nda_store, no_outbound_net
     assert all(c.quote and c.quote in next(x.text for x in r.prompt.contexts if x.n == c.n) for c in r.citations)
 
 
+@pytest.mark.complete
 def test_follow_up_reuses_the_cached_prefix(nda_store):
     """Two questions through one Session: one loaded model, whose KV cache holds the document."""
     from ragkit.session import Session
@@ -99,6 +100,7 @@ def test_cli_docs_and_ingest_json(nda_store, tmp_path):
     assert res.exit_code == 4 and "no ragkit store" in res.output
 
 
+@pytest.mark.complete
 def test_a_question_the_documents_cannot_answer_is_abstained(nda_store):
     r = ask("What is the capital of France?", nda_store)
     assert r.abstained and r.answer == "The documents do not say." and r.outcome == "not_found"

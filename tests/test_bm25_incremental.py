@@ -165,6 +165,7 @@ def _killed_ingest(where: str, doc, store) -> None:
     assert proc.returncode == -9, proc.stderr[-2000:]
 
 
+@pytest.mark.complete
 def test_a_kill_between_commit_and_index_update_never_serves_a_stale_index(tmp_path):
     corpus = tmp_path / "docs"
     corpus.mkdir()
@@ -191,6 +192,7 @@ def test_a_kill_between_commit_and_index_update_never_serves_a_stale_index(tmp_p
     _assert_equals_scratch(st, lexical.BM25Index.load(folder))
 
 
+@pytest.mark.complete
 def test_a_kill_between_chunk_write_and_commit_leaves_nothing_behind(tmp_path):
     corpus = tmp_path / "docs"
     corpus.mkdir()

@@ -70,6 +70,7 @@ def test_state_is_saved_once_per_document_set(first_session):
     assert files[0].stat().st_size > 1_000_000  # the KV cache of ~1600 tokens, not an empty shell
 
 
+@pytest.mark.complete
 def test_a_new_process_restores_the_saved_state(first_session, store):
     """A fresh process (no live cache) skips the documents' prefill with the saved state."""
     _, state = first_session

@@ -15,6 +15,7 @@ BONTERMS = "bonterms-mutual-nda-v1.pdf"
 COMMON = "common-paper-mutual-nda-v1-standard-terms.md"
 
 
+@pytest.mark.complete
 def test_a_cover_page_does_not_quote_its_nearest_row_in_every_cell(nda_store):
     """The cover page holds none of the standard terms: the items it lacks say Not
     mentioned with no quote, instead of quoting "Purpose | How Confidential Information
@@ -33,6 +34,7 @@ def test_a_cover_page_does_not_quote_its_nearest_row_in_every_cell(nda_store):
     assert "no clause on point" in md
 
 
+@pytest.mark.complete
 def test_labels_agree_with_their_quotes_on_the_two_templates(nda_store, tmp_path):
     """Bonterms vs Common Paper: both say the recipient may keep backup copies, so the
     difference column must not say they differ; both exclude independently developed

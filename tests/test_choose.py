@@ -213,6 +213,7 @@ def scoring_server(tmp_path_factory):
 TOLERANCE = 0.05  # nats
 
 
+@pytest.mark.complete
 def test_choose_over_the_server_agrees_with_the_in_process_engine(gen, scoring_server, tmp_path):
     """Same model, same prompts: the option scored over /v1/completions (top
     log-probabilities, one request per distinct prefix) is the in-process option, and

@@ -147,6 +147,7 @@ def test_cluster_ingest_equals_a_local_ingest_and_stays_on_loopback(ray_cluster,
     assert listening and all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, ip in listening), listening
 
 
+@pytest.mark.complete
 def test_cluster_ingest_through_a_ray_client_address(ray_cluster, batch, reference, tmp_path):
     """`--cluster ray://HOST:PORT`: a driver outside the cluster, every Ray call through the
     head's Ray Client server (its own process, traced with the rest: the last test checks its
@@ -183,6 +184,7 @@ def slow_batch(tmp_path_factory):
     return d, report, snapshot(settings)
 
 
+@pytest.mark.complete
 @needs_tesseract  # slow_batch's scanned page is read by tesseract (skips without it, as tests/test_ocr.py)
 def test_parse_worker_and_embedders_killed_mid_ingest_lose_and_duplicate_nothing(ray_cluster, slow_batch, tmp_path):
     """kill -9 a parse task's worker two seconds into its parse (the scanned page's OCR), and
@@ -237,6 +239,7 @@ def test_parse_worker_and_embedders_killed_mid_ingest_lose_and_duplicate_nothing
     assert_same_store(snapshot(settings), ref)
 
 
+@pytest.mark.complete
 def test_cli_cluster_json_exit_codes_and_an_unreachable_cluster(ray_cluster, batch, tmp_path):
     from ragkit.cluster.local import free_port
 
@@ -279,6 +282,7 @@ def test_cluster_settings():
         load_settings(cluster={"embedders": -1})
 
 
+@pytest.mark.complete
 def test_eval_run_on_the_cluster_with_an_actor_killed_records_each_question_once(ray_cluster, reference, tmp_path, capsys):
     """Retrieval-only eval of the demo set: questions answered by Ray actors (one retrieval load
     each), one killed -9 after the first record; answers.jsonl holds each question once, the
@@ -321,6 +325,7 @@ def test_eval_run_on_the_cluster_with_an_actor_killed_records_each_question_once
     assert len((tmp_path / "cluster" / "answers.jsonl").read_text().splitlines()) == len(ref)
 
 
+@pytest.mark.complete
 def test_cli_eval_run_through_a_ray_client_address(ray_cluster, reference, tmp_path):
     """`ragkit eval run SET --cluster ray://HOST:PORT` from a driver outside the cluster (every Ray
     call through the head's Ray Client server): the same records and figures as a local run, exit
@@ -362,6 +367,7 @@ def test_cli_eval_run_through_a_ray_client_address(ray_cluster, reference, tmp_p
     assert len((tmp_path / "client" / "answers.jsonl").read_text().splitlines()) == 3
 
 
+@pytest.mark.complete
 def test_eval_on_the_cluster_answers_through_an_engine_pool(ray_cluster, reference, tmp_path):
     """Two real `python -m llama_cpp.server` engines as the pool (cluster.engines): two answering
     actors, one per engine, each question answered and recorded once, both engines asked, and
@@ -426,6 +432,7 @@ def server_reference(chroma_server, tmp_path_factory):  # noqa: F811  (the impor
     return chroma_server, docs, report, snapshot(settings)
 
 
+@pytest.mark.complete
 def test_cluster_ingest_into_a_chroma_server_equals_a_local_ingest_into_it(ray_cluster, server_reference, tmp_path):
     from ragkit.cluster import ingest_on_cluster
     from ragkit.store import StoreWriter
@@ -470,6 +477,7 @@ ingest_on_cluster([Path(docs)], settings, address)
 """
 
 
+@pytest.mark.complete
 def test_a_driver_killed_mid_ingest_leaves_no_partial_document_and_a_rerun_completes(ray_cluster, server_reference,
                                                                                       tmp_path):
     from ragkit.cluster import ingest_on_cluster
@@ -509,6 +517,7 @@ def test_a_driver_killed_mid_ingest_leaves_no_partial_document_and_a_rerun_compl
 
 # ---------------------------------------------------------------------- nothing but loopback, by the kernel's view
 
+@pytest.mark.complete
 def test_the_cluster_and_a_cli_driver_reach_nothing_but_loopback(ray_cluster, batch, tmp_path):
     """Every process of the cluster (launchers, GCS, raylets, agents, every worker and actor
     the tests above ran) has been under `strace -f` since the cluster started; here a CLI

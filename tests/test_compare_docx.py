@@ -153,6 +153,7 @@ def test_docx_needs_out_and_says_so(tmp_path):
     assert res.exit_code == 2 and "table, md, html or docx" in res.output
 
 
+@pytest.mark.complete
 def test_docx_with_json_still_prints_json(nda_store):
     import json
 

@@ -222,6 +222,7 @@ def test_cli_reports_a_bad_embed_setting_in_one_line(tmp_path):
     assert "int8 needs backend onnx" in res.stderr + res.stdout and "Traceback" not in res.stderr
 
 
+@pytest.mark.complete
 def test_onnxruntime_session_reaches_nothing_but_loopback(tmp_path, cache):
     """onnxruntime looks up a telemetry host about 30 s into a process that made an
     InferenceSession unless ORT_DISABLE_TELEMETRY=1 (field notes). A child with the

@@ -263,6 +263,7 @@ def test_compare_rows_mark_what_changed_and_rows_of_one_run(tmp_path):
 
 # ---------------------------------------------------------------------- the real path
 
+@pytest.mark.complete
 def test_real_eval_run_rows_rescore_and_compare(nda_store, tmp_path):
     """`ragkit eval run` with the default model on 2 nda-demo questions and one whose
     document the store lacks (it errors); then one answer replaced by hand with a hostile

@@ -410,6 +410,7 @@ def test_compare_flags_a_metric_that_rises_from_zero(tmp_path):
 
 # ---------------------------------------------------------------------- resume
 
+@pytest.mark.complete
 def test_resume_after_sigkill(nda_store, tmp_path):
     base = load_set(NDA_DEMO)
     items = [i.model_copy(update={"id": f"{i.id}-{k}"}) for k in range(3) for i in base]  # 12 questions

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import CORPORA, ROOT, make_settings
 
 from ragkit.embed import load_embedder
@@ -127,6 +128,7 @@ def _gone(mark: str, within_s: float = 15.0) -> list[str]:
     return left
 
 
+@pytest.mark.complete
 def test_ctrl_c_mid_ingest_exits_130_and_ends_the_workers(tmp_path):
     mark = uuid.uuid4().hex
     proc = _start_cli(tmp_path, mark)
@@ -147,6 +149,7 @@ def test_ctrl_c_mid_ingest_exits_130_and_ends_the_workers(tmp_path):
         assert st.has_chunks(r.doc_id) == r.n_chunks
 
 
+@pytest.mark.complete
 def test_kill_9_of_the_ingest_leaves_no_worker_behind(tmp_path):
     mark = uuid.uuid4().hex
     proc = _start_cli(tmp_path, mark)
@@ -159,6 +162,7 @@ def test_kill_9_of_the_ingest_leaves_no_worker_behind(tmp_path):
     assert _gone(mark) == []
 
 
+@pytest.mark.complete
 def test_a_script_without_a_main_guard_can_call_ingest(tmp_path):
     """The README's Python example as a plain script: the parse workers must not re-run it
     (multiprocessing's spawn would import the caller's __main__ in each worker)."""

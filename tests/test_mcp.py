@@ -220,6 +220,7 @@ def test_a_question_the_documents_cannot_answer_is_not_supported_and_cites_nothi
     assert r["citations"] == [] and r["answer"] == "The documents do not say."
 
 
+@pytest.mark.complete
 def test_compare_two_ndas_on_two_items(stdio):
     docs = ["bonterms-mutual-nda-v1.pdf", "common-paper-mutual-nda-v1-standard-terms.md"]
     progress: list[tuple[float, float | None, str | None]] = []

@@ -296,6 +296,7 @@ def traced_ingest(strace, tmp_path_factory):
     return {"res": res, "trace": trace, "argv": argv, "store": store, "base": base}
 
 
+@pytest.mark.complete
 def test_ingest_reaches_nothing_but_loopback(traced_ingest):
     res, trace = traced_ingest["res"], traced_ingest["trace"]
     assert res.returncode == 0, res.stderr[-3000:]
@@ -317,6 +318,7 @@ def test_ask_with_one_generation_reaches_nothing_but_loopback(strace, traced_ing
     assert offending_lines(trace) == []
 
 
+@pytest.mark.complete
 def test_eval_run_reaches_nothing_but_loopback(strace, traced_ingest, tmp_path):
     assert traced_ingest["res"].returncode == 0, "ingest failed"
     items = [json.loads(x) for x in (ROOT / "eval" / "sets" / "nda-demo.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]

@@ -257,6 +257,7 @@ def test_retries_with_backoff_on_connection_refused(no_outbound_network):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.complete
 def test_stopped_server_is_a_clear_error(tmp_path, nda_one):
     srv = Server(tmp_path / "server.log", n_ctx=512)
     try:

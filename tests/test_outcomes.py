@@ -156,6 +156,7 @@ def test_a_name_the_source_lacks_is_a_flag_not_a_veto(embedder):
 
 # ---------------------------------------------------------------------- outcomes, real model
 
+@pytest.mark.complete
 def test_bonterms_backup_question_shows_the_retention_sentence_never_do_not_say(nda_store):
     """The issue's case, with the default generator settings (the 0.5B then answers "The
     recipient cannot retain backup copies", which no sentence supports): unverified, and

@@ -172,6 +172,7 @@ def test_kill_9_twenty_trials(tmp_path, clean_reference):
     assert survived == 20
 
 
+@pytest.mark.complete
 def test_reader_during_writes_sees_one_version(tmp_path):
     """A reader asking while a writer replaces a document over and over sees complete
     sources of one version, never a mix of two versions or a partial set."""
@@ -413,6 +414,7 @@ def _consistent(settings) -> list[str]:
     return sorted(r.name for r in st.documents())
 
 
+@pytest.mark.complete
 def test_a_full_disk_stops_the_ingest_with_a_store_error_and_loses_nothing(small_disk):
     """Store item 5: a write that fails on a full disk is one exit-4 line naming the store and
     the reason, never a traceback; what was committed before stays whole and readable, and
@@ -445,6 +447,7 @@ def test_a_full_disk_stops_the_ingest_with_a_store_error_and_loses_nothing(small
     assert _consistent(settings) == ["cnli_dev_019.pdf", "cnli_dev_054.docx", "cnli_dev_411.pdf"]
 
 
+@pytest.mark.complete
 @pytest.mark.parametrize("blocked", ["sidecars", "bm25"])
 def test_an_unwritable_index_or_sidecar_folder_is_a_store_error(tmp_path, blocked):
     """Store item 5: the sidecars and the lexical index are written durably (flushed, then

@@ -418,6 +418,7 @@ ANSWERABLE_HERE = [("Which law governs this agreement?", "cnli_dev_019.pdf"),
                    ("Can the receiving party share confidential information with its employees?", "bonterms-mutual-nda-v1.pdf")]
 
 
+@pytest.mark.complete
 def test_the_reranker_floor_stops_off_topic_questions_and_is_off_because_it_refuses_an_answerable_one(nda_store):
     """With today's gate off (abstain_margin 0), the reranker floor alone
     (retrieve.rerank_abstain_below) at the value fitted on the CUAD tuning contracts (-8.11:

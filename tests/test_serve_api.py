@@ -127,6 +127,7 @@ def test_follow_up_on_the_same_document_prefills_only_the_new_part(client):
     assert r.choices[0].message.content.strip()
 
 
+@pytest.mark.complete
 def test_extra_body_docs_pick_documents(client):
     r = ask(client, "Which law governs this agreement?", model="ragkit", extra_body={"docs": ["bonterms-mutual-nda-v1"]})
     d = r.model_dump()
@@ -162,6 +163,7 @@ def test_missing_or_bad_token_is_refused(server):
     assert r.status_code == 401 and set(r.json()["error"]) == {"message", "type", "param", "code"}
 
 
+@pytest.mark.complete
 def test_max_tokens_is_honoured_and_capped(client):
     r = ask(client, SURVIVE, max_tokens=4)
     assert r.usage.completion_tokens <= 4 and r.choices[0].finish_reason == "length"

@@ -164,6 +164,7 @@ def test_ask_then_click_a_citation_shows_the_highlighted_page(server, page, tmp_
     print(f"browser test: {time.monotonic() - t0:.1f} s from page load, {n_chips} chip(s)")
 
 
+@pytest.mark.complete
 def test_the_page_marks_a_claim_no_source_supports(server, page):
     """The page's rendering of claims. The model cannot be made to write an unsupported
     claim on demand, so this test answers the page's one chat request itself (Playwright

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_serve_browser import BONTERMS, page, server  # noqa: F401  (fixtures: the real server, a fresh Chromium)
 
 RETAIN = ("As an exception to part (b), Recipient may retain Confidential Information in accordance with its standard "
@@ -38,6 +39,7 @@ def test_a_quoted_answer_lists_its_passages_and_each_opens_its_page(server, page
     assert page.errors == [] and page.outside == []
 
 
+@pytest.mark.complete
 def test_an_unverified_answer_shows_the_passages_and_marks_the_models_text(server, page):  # noqa: F811
     """The page's rendering of the unverified outcome. With the test's small answer length
     the model answers this question correctly, so this test answers the page's one chat

@@ -44,6 +44,7 @@ def test_stream_and_non_stream_end_in_the_same_outcome_with_the_passages(client)
         assert fk["model_answer"] and text.startswith(fk["model_answer"])  # the model's text, marked by what follows
 
 
+@pytest.mark.complete
 def test_not_found_streams_as_it_answers_citing_nothing(client):
     plain, text, final = _both(client, "What is the purchase price of the shares?", "ai-osi-stack-mutual-nda.md")
     assert plain["ragkit"]["outcome"] == final["ragkit"]["outcome"] == "not_found"

@@ -360,6 +360,7 @@ def test_join_unfinished_reads_split_calls_whole():
     assert [why for _, why in offending_lines(joined)] == ["non-loopback 10.1.2.3 port 443"]
 
 
+@pytest.mark.complete
 def test_the_server_reaches_nothing_but_loopback(nda_store, tmp_path):
     """`ragkit serve` under strace -f (threads, native code): answering a question sends
     nothing off loopback and looks up no name (tests/test_network.py's parser)."""

@@ -99,6 +99,7 @@ def test_the_sessions_embedder_embeds_a_text_once(session):
     assert kept.dtype == np.float32 and kept.shape == (inner.dim,)
 
 
+@pytest.mark.complete
 def test_nothing_outside_a_session_keeps_what_it_loaded(nda_store):
     """A call given plain Settings gets a Session for that call; once it returns, the
     generator and the embedder it loaded are freed: no module-level cache holds them."""

@@ -101,6 +101,7 @@ def _gated(settings, question: str, doc: str) -> str | None:
     return retrieve(question, settings, docs=[doc]).abstain_reason
 
 
+@pytest.mark.complete
 def test_answerable_questions_on_unseen_documents_are_not_abstained(unseen):
     """The datasets' answerable questions: each ContractNLI hypothesis the NDA entails or
     contradicts (asked as compare asks it) and each CUAD category with a gold clause.
@@ -116,6 +117,7 @@ def test_answerable_questions_on_unseen_documents_are_not_abstained(unseen):
     assert gated == [], f"{len(gated)} of {len(asked)} answerable questions stopped by the retrieval gate: {gated}"
 
 
+@pytest.mark.complete
 def test_questions_about_other_matters_are_abstained_on_unseen_documents(unseen):
     """Through `ask` itself. Off-topic questions are all stopped with a reason (the
     retrieval gate, or claim support after generation; measured with MiniLM at margin 1.5:
@@ -146,6 +148,7 @@ def test_questions_about_other_matters_are_abstained_on_unseen_documents(unseen)
     assert found >= 0.85 * len(other), f"not_found on {found} of {len(other)}: {outcomes}"
 
 
+@pytest.mark.complete
 @pytest.mark.xfail(strict=True, reason="the retrieval gate does not reach questions in the documents' own domain: "
                    "measured with MiniLM, 0 of 56 dataset-unanswerable questions stopped (the old 0.30 cosine gate: "
                    "0 of 56 too); they score like answerable ones, so any gate on the best score would refuse those; "
@@ -270,6 +273,7 @@ def test_items_whose_clause_is_there_are_not_called_not_mentioned(nda_findings):
     assert len(wrong) <= len(nda_findings) / 3, f"{len(wrong)} of {len(nda_findings)} called Not mentioned: {wrong}"
 
 
+@pytest.mark.complete
 def test_compare_quotes_the_gold_clause_of_an_unseen_contract(unseen):
     """A CUAD joint venture agreement (the official PDF), three checklist items against
     CUAD's gold clauses: term (Expiration Date), governing law, assignment
