@@ -220,6 +220,121 @@ def line(name: str, s: dict) -> str:
             f"(majority {fmt(s['majority_accuracy'])})")
 
 
+# ---------------------------------------------------------------------- the label model beside the word rules
+
+
+def collect_both(args) -> list[dict]:
+    """Each item labelled twice on the product path (`check_item`): by the label model
+    (compare.label_model, the checklist's own or --label-model) and by the word rules and
+    generator (compare.label_model "off"); one record per item, appended to --cache and reused."""
+    from ragkit.compare import check_item, load_checklist
+    from ragkit.config import load_settings
+    from ragkit.eval.sets import load_set
+    from ragkit.session import Session
+
+    # the model alone (compare.words_first off): "both" is replayed from the two runs, as words_first decides
+    settings = load_settings(store=Path(args.store), compare={"label_model": args.label_model, "words_first": False})
+    words = Session(load_settings(store=Path(args.store), compare={"label_model": "off"}))
+    model = Session(settings)
+    checklist = {i.id: i for i in load_checklist("nda")[1] if i.hypothesis}
+    cache = Path(args.cache)
+    done = {}
+    if cache.exists():
+        for line in cache.read_text().splitlines():
+            rec = json.loads(line)
+            done[rec["id"]] = rec
+    items = [it for it in load_set(Path(args.set)) if not args.docs or it.doc in args.docs]
+    out = []
+    with cache.open("a") as f:
+        for k, it in enumerate(items, 1):
+            if it.id in done:
+                out.append(done[it.id])
+                continue
+            check = next(checklist[t] for t in it.tags if t in checklist)
+            rec = {"id": it.id, "doc": it.doc, "item": check.id, "gold": it.label,
+                   "spans": list(it.evidence_all) or ([it.evidence] if it.evidence else [])}
+            for name, session in (("model", model), ("words", words)):
+                if (name == "words" and args.model_only) or (name == "model" and args.words_only):
+                    continue
+                t0 = time.perf_counter()
+                finding, r = check_item(it.doc, check, session)
+                rec[name] = {"label": finding.label, "quote": finding.quote, "closest": finding.closest, "note": finding.note,
+                             "confidence": finding.confidence, "scores": finding.scores,
+                             "seconds": round(time.perf_counter() - t0, 3),
+                             "label_s": round(r.timings.get("label_s", 0.0), 3),
+                             "retrieve_s": round(r.timings.get("retrieve_s", 0.0), 3)}
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            out.append(rec)
+            print(f"  [{k}/{len(items)}] {it.id}: " + ", ".join(f"{n} {rec[n]['label']}" for n in ("model", "words") if n in rec)
+                  + f" (gold {it.label})", flush=True)
+    return out
+
+
+WORDS_DECIDED = ("No: the document says", "Not mentioned: no sentence")  # compare.words_first: contrary, no term named
+
+
+def rule_label(rec: dict, rule: str) -> str:
+    """"words": the word rules and generator (compare.label_model "off"); "model": the label
+    model alone; "both": the product default (compare.words_first), the checklist's contrary
+    wording and "no sentence names the item" where they decide, the model elsewhere."""
+    w = rec.get("words") or {}
+    if rule == "words":
+        return NLI.get(w.get("label"), "Unclear")
+    if rule == "both" and (w.get("note") or "").startswith(WORDS_DECIDED):
+        return NLI.get(w["label"], "Unclear")
+    return NLI.get(rec["model"]["label"], "Unclear")
+
+
+def rule_quote(rec: dict, rule: str) -> str | None:
+    w = rec.get("words") or {}
+    if rule == "words" or (rule == "both" and (w.get("note") or "").startswith(WORDS_DECIDED)):
+        return w.get("quote")
+    return rec["model"]["quote"]
+
+
+def report_both(recs: list[dict], parts: list[tuple[str, list[dict]]]) -> None:
+    from ragkit.eval.metrics_text import quote_matches_evidence
+
+    rules = ("words", "model", "both") if all("words" in r for r in recs) else ("model",)
+    print("\n== word rules, label model, both (the product path, check_item) ==")
+    for name, part in parts:
+        if not part:
+            continue
+        for rule in rules:
+            s = nli_scores([r["gold"] for r in part], [rule_label(r, rule) for r in part])
+            ec = [r for r in part if r["gold"] != "NotMentioned" and r["spans"]]
+            held = sum(bool(quote_matches_evidence(rule_quote(r, rule), r["spans"])) for r in ec)
+            print(line(f"{name}: {rule}", s) + f"  quote holds gold (E+C) {held / max(1, len(ec)):.3f} of {len(ec)}")
+    secs = sorted(r["model"]["label_s"] for r in recs)
+    per_doc: dict[str, float] = {}
+    for r in recs:
+        per_doc[r["doc"]] = per_doc.get(r["doc"], 0.0) + r["model"]["label_s"]
+    docs = sorted(per_doc.values())
+    print(f"\nlabel model beyond retrieval: per item median {secs[len(secs) // 2]:.3f} s; per document (17 items) "
+          f"median {docs[len(docs) // 2]:.2f} s, max {docs[-1]:.2f} s")
+
+
+def write_corpus(folder: Path, set_path: Path) -> None:
+    """The NDAs of a set as text files named after the set's `doc` (NAME.txt), from ContractNLI's dev.json."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_ranking import contractnli_corpus  # the 61 dev NDAs as text files, named as the sets name them
+
+    from ragkit.eval.sets import load_set
+
+    every = contractnli_corpus(folder / ".all")
+    folder.mkdir(parents=True, exist_ok=True)
+    docs = sorted({it.doc for it in load_set(set_path)})
+    for d in docs:
+        (folder / f"{d}.txt").write_text((every / f"{d}.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    import shutil
+
+    shutil.rmtree(every)
+    print(f"wrote {len(docs)} NDAs into {folder}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--store", required=True, help="store with the rendered ContractNLI PDFs (built when missing)")
@@ -241,7 +356,25 @@ def main() -> None:
                     help="collect without the checklist's terms and contrary wording (the rule before them)")
     ap.add_argument("--steps", action="store_true",
                     help="replay --no-words records adding the checklist's words one step at a time")
+    ap.add_argument("--label-model", default=None, metavar="NAME|PATH|auto",
+                    help="label each item with the label model and with the word rules (compare.label_model off), and "
+                         "report words / model / both on --split's parts; --cache holds these records")
+    ap.add_argument("--model-only", action="store_true", help="with --label-model: the label model alone (no word-rule run)")
+    ap.add_argument("--words-only", action="store_true", help="with --label-model: the word rules alone (records to merge)")
+    ap.add_argument("--write-corpus", metavar="DIR", default=None,
+                    help="write the dev NDAs of --split's tuning part as text files into DIR (the documents "
+                         "`ragkit tune checklist ... eval/sets/contractnli-dev-tune34.jsonl --corpus DIR` ingests) and stop")
     args = ap.parse_args()
+    if args.write_corpus:
+        write_corpus(Path(args.write_corpus), Path(args.set))
+        return
+    if args.label_model:
+        recs = collect_both(args) if not args.cached_only else [json.loads(x) for x in Path(args.cache).read_text().splitlines()]
+        recs = list({r["id"]: r for r in recs}.values())
+        tune = set(split_tune(recs, args.split)) if args.split is not None else set(args.tune)
+        report_both(recs, [("held out", [r for r in recs if r["doc"] not in tune]), ("tune", [r for r in recs if r["doc"] in tune]),
+                           ("all", recs)])
+        return
     if args.cached_only:
         recs = [json.loads(x) for x in Path(args.cache).read_text().splitlines()]
         recs = list({r["id"]: r for r in recs}.values())

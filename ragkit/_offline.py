@@ -17,6 +17,7 @@ OFFLINE_ENV = {
     # huggingface_hub (under sentence-transformers and transformers): never reach the hub
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",  # transformers (read through huggingface_hub)
+    "HF_DATASETS_OFFLINE": "1",  # datasets (under `ragkit tune`'s CrossEncoderTrainer)
     "HF_HUB_DISABLE_TELEMETRY": "1",  # huggingface_hub and transformers
     "DO_NOT_TRACK": "1",  # huggingface_hub reads it as HF_HUB_DISABLE_TELEMETRY too
     "ORT_DISABLE_TELEMETRY": "1",  # onnxruntime (pulled in by chromadb): read by its native core

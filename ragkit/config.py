@@ -278,6 +278,24 @@ class CompareSettings(BaseModel):
     # to 0.7: eval/bench_checklist.py --split 24). Set a probability (0.6 was the previous
     # default) for a generator that separates the two.
     no_min_confidence: float | None = Field(None, gt=0.0, le=1.0)
+    # the label model that decides Yes / No / Not mentioned of a hypothesis item
+    # (ragkit.compare.label_model, trained by `ragkit tune checklist`): "auto" the checklist's
+    # own (`label_model` in its TOML; the built-in nda checklist names none), "off" none (the
+    # checklist's wording and the generator's option scores decide), or a registry name
+    # ("nda-label": it ships, opt-in, below the words on held-out NDAs: eval/README.md) or a
+    # folder written by `ragkit tune checklist`, for every checklist
+    label_model: str = "auto"
+    # with a label model, the checklist's contrary words (No) and "no sentence names the
+    # item" (Not mentioned) decide first, the model everywhere else; its affirming words never
+    # decide. Chosen on the 13 documents that trained nothing and chose the model's threshold:
+    # macro F1 0.655 with them, 0.619 the model alone, 0.646 with the affirming words too
+    # (eval/README.md, ContractNLI checklist labels)
+    words_first: bool = True
+    # a generator that cannot score the options (no log-probabilities: an engine without
+    # them, or a model that only writes text) never decides a label from its written answer
+    # unless this is true; without it the label is the evidence's (on point: Yes, else Not
+    # mentioned), and the note says so
+    text_labels: bool = False
 
 
 class ServeSettings(BaseModel):

@@ -99,6 +99,22 @@ REGISTRY: dict[str, ModelSpec] = {
         extra={"engine": "onnx-prebuilt", "pooling": "cls", "normalize": True, "max_seq_length": 512, "dim": 384,
                "query_prefix": "Represent this sentence for searching relevant passages: "},
     ),
+    # trained here by `ragkit tune checklist` (ragkit/models_data/nda-label/MODEL_CARD.md has the
+    # data, command, seed and figures) and committed with ragkit; the nda checklist's label model
+    "nda-label": ModelSpec(
+        name="nda-label",
+        kind="label-model",
+        description="the nda checklist's label model: ms-marco MiniLM-L12 fine-tuned on ContractNLI NDAs, three-way "
+                    "head (Entailment / Contradiction / NotMentioned), INT8 ONNX",
+        licence="CC BY 4.0 (trained on ContractNLI, CC BY 4.0; from cross-encoder/ms-marco-MiniLM-L-12-v2, Apache-2.0)",
+        parts=(PackagedFile("ragkit", "models_data/nda-label", "ragkit (reinstall it: the model ships inside the package)"),),
+        files=(
+            ("model.onnx", "527b42a1436cd5e48703f8974de327d6e7d809d039422677a5e445459c75ce56"),
+            ("tokenizer.json", "1b19820b21bee2ab9a5d3f2ac461f9517c4589536c7d751d60d38877993c5e8b"),
+            ("label_model.json", "b311a8b2079e81d5247e91091e7cbbacb4a484d5e1909d7108c3c57590abbb82"),
+        ),
+        extra={"engine": "onnx-label-model"},
+    ),
     "qwen2.5-coder-0.5b": ModelSpec(
         name="qwen2.5-coder-0.5b",
         kind="generator",

@@ -90,13 +90,18 @@ class OnnxCrossEncoder:
         return [len(e.ids) for e in self._tok.encode_batch([(query, p) for p in passages])]
 
     def score(self, query: str, passages: list[str]) -> list[float]:
+        return [float(v) for v in self.logits(query, passages)[:, 0]]
+
+    def logits(self, query: str, passages: list[str]):
+        """Every output logit of each (query, passage) pair: an array [len(passages), labels]
+        (one column for a relevance model, one per class for a classifier)."""
         import numpy as np
 
         if not passages:
-            return []
+            return np.zeros((0, 1), dtype=np.float32)
         session = self._load()
         order = sorted(range(len(passages)), key=lambda i: len(passages[i]))
-        out = [0.0] * len(passages)
+        out: list = [None] * len(passages)
         for b in range(0, len(order), self.batch_size):
             idx = order[b : b + self.batch_size]
             encs = self._tok.encode_batch([(query, passages[i]) for i in idx])
@@ -104,10 +109,10 @@ class OnnxCrossEncoder:
                     "attention_mask": np.array([e.attention_mask for e in encs], dtype=np.int64)}
             if "token_type_ids" in self._inputs:
                 feed["token_type_ids"] = np.array([e.type_ids for e in encs], dtype=np.int64)
-            logits = session.run(None, feed)[0]
-            for i, v in zip(idx, np.asarray(logits, dtype=np.float32).reshape(len(idx), -1)[:, 0]):
-                out[i] = float(v)
-        return out
+            logits = np.asarray(session.run(None, feed)[0], dtype=np.float32).reshape(len(idx), -1)
+            for i, row in zip(idx, logits):
+                out[i] = row
+        return np.stack(out)
 
 
 class SentenceTransformersCrossEncoder:

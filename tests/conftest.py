@@ -137,6 +137,12 @@ def make_settings(store: Path, **generator):
     return load_settings(store=store, generator=gen)
 
 
+def without_label_model(settings):
+    """The settings with compare.label_model "off": the checklist's words, the evidence and
+    the generator decide the hypothesis items (the path of a checklist with no label model)."""
+    return settings.model_copy(update={"compare": settings.compare.model_copy(update={"label_model": "off"})})
+
+
 @pytest.fixture(scope="session")
 def nda_store(tmp_path_factory, corpus):
     """The sample NDAs ingested once into a real Chroma store."""

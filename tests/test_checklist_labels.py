@@ -10,6 +10,15 @@ import pytest
 
 from ragkit.compare import Finding, Row, agree_on_same_quotes, compare, load_checklist, same_substance, to_html, to_markdown
 
+
+@pytest.fixture
+def nda_store(nda_store):
+    """The sample NDAs' store, with the label model off: these tests are of the checklist's
+    words and evidence rules, which decide a checklist without a label model
+    (compare.label_model "off"); the label model's own tests are in test_label_model.py."""
+    return nda_store.model_copy(update={"compare": nda_store.compare.model_copy(update={"label_model": "off"})})
+
+
 COVER = "common-paper-mutual-nda-v1.docx"  # Common Paper's cover page: a table of blanks, none of the standard terms
 BONTERMS = "bonterms-mutual-nda-v1.pdf"
 COMMON = "common-paper-mutual-nda-v1-standard-terms.md"

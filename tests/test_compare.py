@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import without_label_model
 from typer.testing import CliRunner
 
 from ragkit.cli import app
@@ -143,6 +144,7 @@ def test_compare_two_templates_quotes_the_right_clauses(nda_store):
     independent development and governing law, each with a checkable quote from the
     clause that governs it; Yes/No labels come with the model's confidence."""
     docs = ["bonterms-mutual-nda-v1.pdf", "common-paper-mutual-nda-v1-standard-terms.md"]
+    nda_store = without_label_model(nda_store)  # the generator's path (the label model's: test_label_model.py)
     c = compare(docs, nda_store, items=["term", "nda-20", "nda-12", "governing-law"])
     rows = {r.item.id: r for r in c.rows}
     for d in docs:
@@ -169,7 +171,8 @@ def test_compare_two_templates_quotes_the_right_clauses(nda_store):
 def test_document_mode_scores_labels_on_the_shared_document_prefix(nda_store):
     doc = ["bonterms-mutual-nda-v1.pdf"]
     # n_ctx large enough for the whole document: every item shares it as the prefix
-    s = nda_store.model_copy(update={"compare": nda_store.compare.model_copy(update={"label_context": "document"}),
+    s = nda_store.model_copy(update={"compare": nda_store.compare.model_copy(update={"label_context": "document",
+                                                                                     "label_model": "off"}),
                                      "generator": nda_store.generator.model_copy(update={"n_ctx": 4096})})
     c = compare(doc, s, items=["nda-20", "nda-12"])
     first, second = (c.rows[i].findings[doc[0]] for i in range(2))

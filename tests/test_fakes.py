@@ -128,14 +128,21 @@ def test_compare_reads_the_label_from_a_short_answer_on_the_fakes(fake):
     generator has no `choose`) gets its label read from a short answer, and says so."""
     from ragkit.compare import compare
 
+    # the generator's path (no label model), its written answer allowed to decide (compare.text_labels)
+    words = fake.model_copy(update={"compare": fake.compare.model_copy(update={"label_model": "off", "text_labels": True})})
     SCRIPT["answer"] = "Yes."
-    c = compare([BONTERMS], fake, items=["nda-12"])
+    c = compare([BONTERMS], words, items=["nda-12"])
     f = c.rows[0].findings[BONTERMS]
     assert f.label == "Yes" and f.confidence is None, f.to_json()  # read, not scored: no probability is shown
     assert "independently" in f.quote and "Exceptions" in (f.section or "")
     SCRIPT["answer"] = "No."
-    f2 = compare([BONTERMS], fake, items=["nda-12"]).rows[0].findings[BONTERMS]
+    f2 = compare([BONTERMS], words, items=["nda-12"]).rows[0].findings[BONTERMS]
     assert f2.label == "No" and f2.confidence is None and f2.quote == f.quote, f2.to_json()  # the quote is not the model's
+    assert f2.decided_by == "generator"
+    # without compare.text_labels (the default) the written "No." decides nothing: the evidence's Yes, and why
+    strict = fake.model_copy(update={"compare": fake.compare.model_copy(update={"label_model": "off"})})
+    f3 = compare([BONTERMS], strict, items=["nda-12"]).rows[0].findings[BONTERMS]
+    assert f3.label == "Yes" and f3.decided_by == "evidence" and "cannot score the options" in f3.note, f3.to_json()
 
 
 def test_the_cli_shows_a_name_the_source_lacks_as_a_flag(fake):

@@ -10,7 +10,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from conftest import make_settings
+from conftest import make_settings, without_label_model
 from typer.testing import CliRunner
 
 BONTERMS = "bonterms-mutual-nda-v1.pdf"
@@ -320,7 +320,7 @@ def test_the_checklist_does_not_take_a_scoped_negation_for_a_no(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "scoped-nda.md").write_text(NEGATION_NDA, encoding="utf-8")
     (tmp_path / "docs" / "control-nda.md").write_text(CONTROL_NDA, encoding="utf-8")
-    settings = make_settings(tmp_path / "store")
+    settings = without_label_model(make_settings(tmp_path / "store"))  # the words' path (no label model)
     assert ingest([tmp_path / "docs"], settings).failed == []
     items = {i.id: i for i in load_checklist("nda")[1]}
     words = "No: the document says"

@@ -43,6 +43,9 @@ class ChecklistItem:
     # only the words decide (an item that nearly every document touches in passing, "copies"
     # in a return clause): affirm -> Yes, contrary -> No, anything else Not mentioned
     words_only: bool = False
+    # the checklist's label model (its TOML's top-level `label_model`: a registry name or a
+    # folder, relative to the TOML), set by load_checklist
+    label_model: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("terms", "contrary", "affirm"):
@@ -174,4 +177,14 @@ def load_checklist(name_or_path: str) -> tuple[str, list[ChecklistItem]]:
         raise ConfigError(f"checklist {p} is not valid: {exc}", hint="see prompts/checklists/nda.toml for the format") from None
     if not items or len({i.id for i in items}) != len(items):
         raise ConfigError(f"checklist {p} needs at least one item and unique ids")
+    model = data.get("label_model")
+    if model is not None:
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigError(f"checklist {p}: label_model must be a registry name or a folder")
+        from ragkit.models import REGISTRY
+
+        if model not in REGISTRY and not Path(model).expanduser().is_absolute():
+            model = str((p.parent / model).resolve())
+        for i in items:
+            i.label_model = model
     return data.get("name", p.stem), items

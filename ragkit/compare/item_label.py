@@ -116,6 +116,9 @@ class _Label:
     evidence: dict | None = None
     scores: dict = field(default_factory=dict)
     closest: str | None = None
+    generated: bool = True  # the label's prompt was prefilled by the generator (False: the label model decided)
+    decided_by: str | None = None
+    probabilities: dict = field(default_factory=dict)
 
 
 def check_item(doc: str, item: ChecklistItem, settings: Session | Settings) -> tuple[Finding, "AskResult"]:
@@ -124,6 +127,10 @@ def check_item(doc: str, item: ChecklistItem, settings: Session | Settings) -> t
     Used by `compare` and by the ContractNLI scoring in `ragkit eval run`."""
     session = Session.of(settings)  # one session for every step below (a Settings: for this item)
     chosen: dict = {}  # the quote, when clause mode already chose it
+    model = label_model_for(item, session) if item.hypothesis is not None else None
+    if model is not None:
+        r, decided = _model_label(doc, item, session, model)
+        return _finding(decided, r), r
     if item.hypothesis is not None:
         r, decided = _hypothesis_label(doc, item, session, chosen)
     else:
@@ -134,6 +141,90 @@ def check_item(doc: str, item: ChecklistItem, settings: Session | Settings) -> t
     if item.hypothesis is not None and r.choice is not None and not r.abstained:
         _label_on_evidence(decided, r, item, session)
     return _finding(decided, r), r
+
+
+def label_model_for(item: ChecklistItem, session: Session):
+    """The label model that decides this item (compare.label_model: "auto" the checklist's,
+    "off" none, else that model), loaded once per session; None: the wording and the
+    generator decide."""
+    from ragkit.compare.label_model import load_label_model
+
+    chosen = session.settings.compare.label_model
+    name = item.label_model if chosen == "auto" else (None if chosen == "off" else chosen)
+    if not name:
+        return None
+    models = session.memo("compare.label_models")
+    if name not in models:
+        models[name] = load_label_model(name, session)
+    return models[name]
+
+
+def _model_label(doc: str, item: ChecklistItem, session: Session, model) -> tuple["AskResult", _Label]:
+    """A hypothesis item labelled by the label model (ragkit.compare.label_model): the
+    document retrieved as `ask` retrieves it (its contexts name the document), then the
+    model reads the document's sentences nearest the hypothesis; the label rests on the one
+    most likely about the item, which is the quote (for Not mentioned: the closest clause).
+    The generator decides nothing and nothing is prefilled."""
+    import math
+
+    from ragkit.answer.ask import AskResult
+    from ragkit.compare.label_model import candidates, hypothesis_of, probability_line
+    from ragkit.retrieve.pipeline import retrieve
+
+    t0 = time.perf_counter()
+    r = AskResult.from_retrieval(retrieve(item.question, session, [doc]))  # tokens counted by the vocabulary alone
+    if not r.prompt.contexts:
+        raise UsageError(f"{doc} could not be represented in the prompt", hint="raise generator.n_ctx")
+    t1 = time.perf_counter()
+    if session.settings.compare.words_first and (words := _words_decide(item, r, session)) is not None:
+        r.answer = words.label
+        r.timings.update({"label_s": time.perf_counter() - t1, "total_s": time.perf_counter() - t0})
+        return r, words
+    hyp = hypothesis_of(item, model)
+    d = model.decide(hyp, candidates(hyp, r.prompt.contexts, session, model.candidates))
+    decided = _Label(d.checklist_label, confidence=d.confidence, generated=False)
+    decided.scores = {lab: round(math.log(max(d.probabilities[k], 1e-9)), 4)
+                      for k, lab in (("Entailment", "Yes"), ("Contradiction", "No"), ("NotMentioned", "Not mentioned"))}
+    decided.decided_by = f"label model {model.name}"
+    decided.probabilities = {lab: round(d.probabilities[k] if k != "NotMentioned" else 1.0 - d.about, 3)
+                             for k, lab in (("Entailment", "Yes"), ("Contradiction", "No"), ("NotMentioned", "Not mentioned"))}
+    unit = d.evidence.unit if d.evidence is not None else None
+    if d.label == "NotMentioned":
+        decided.closest = unit
+    else:
+        decided.quote = unit
+        decided.page, decided.section = _where(d.evidence.hit)
+        decided.evidence = evidence(item, r.prompt.contexts, unit, session)
+    if d.low_confidence:
+        # a reader must see it: the cell shows the note
+        decided.note = f"low confidence ({probability_line(d)}): read the {'quote' if unit and decided.quote else 'document'}"
+    r.answer = decided.label
+    r.timings.update({"label_s": time.perf_counter() - t1, "total_s": time.perf_counter() - t0})
+    return r, decided
+
+
+def _words_decide(item: ChecklistItem, r, session: Session) -> _Label | None:
+    """compare.words_first: the checklist's words that decide before the label model (chosen
+    on the documents that trained nothing, eval/README.md): a sentence that says the item's
+    contrary in so many words (No), no sentence that names its terms, and a words_only item
+    without its words (Not mentioned). Its affirming words decide nothing (with them the model
+    did worse there); a sentence holding them leaves the item to the model, as it leaves the
+    contrary unread without one. None: the model decides."""
+    topical, yes, cue = _wording(item, r.prompt.contexts, session)
+    if yes is not None:
+        return None
+    decided = _Label("Not mentioned", generated=False)
+    if cue is not None:
+        _said_in_so_many_words(decided, "No", cue, item, r, session)
+        decided.note = f"No: the document says “{cue[2]}”, the opposite of the item"
+        return decided
+    if (item.terms and not topical) or item.words_only:
+        decided.decided_by = "wording"
+        decided.note = ("Not mentioned: no sentence of the document names " + ", ".join(f"“{t}”" for t in item.terms[:4])
+                        if item.terms and not topical else "Not mentioned: no sentence of the document says "
+                        + " or ".join(f"“{t}”" for t in [*item.affirm[:2], *item.contrary[:2]]) + " or the like")
+        return decided
+    return None
 
 
 def _hypothesis_label(doc: str, item: ChecklistItem, session: Session, chosen: dict) -> tuple["AskResult", _Label]:
@@ -157,7 +248,7 @@ def _hypothesis_label(doc: str, item: ChecklistItem, session: Session, chosen: d
     if r.choice is not None and r.choice.note:
         note = r.choice.note  # e.g. the engine gave no log-probabilities: the label was read from a short answer
     label = "Not mentioned" if r.abstained else (r.answer or "Unclear")
-    return r, _Label(label, confidence=confidence, note=note)
+    return r, _Label(label, confidence=confidence, note=note, decided_by="evidence" if r.abstained else "generator")
 
 
 def _rescore(r, option_score: str) -> None:
@@ -195,7 +286,7 @@ def _free_text_label(doc: str, item: ChecklistItem, session: Session) -> tuple["
     claims = [c.to_json() for c in r.claims] if label == "Found" else []
     if bad:
         note = f"the answer names {', '.join(bad)}, which the document does not contain: rely on the quote"
-    return r, _Label(label, note=note, claims=claims, outcome=outcome)
+    return r, _Label(label, note=note, claims=claims, outcome=outcome, decided_by="answer")
 
 
 def _quote(decided: _Label, r, item: ChecklistItem, session: Session, chosen: dict) -> None:
@@ -243,6 +334,19 @@ def _label_on_evidence(decided: _Label, r, item: ChecklistItem, session: Session
         _not_mentioned(decided)
     elif r.choice.scored:
         _yes_or_no(decided, r, cs)
+    elif not cs.text_labels:
+        _evidence_only(decided, cs)
+
+
+def _evidence_only(decided: _Label, cs) -> None:
+    """A generator that cannot score the options (no log-probabilities) does not decide the
+    label from its written answer (unless compare.text_labels): on point, the label is the
+    evidence's Yes, as for a scoring model without a No threshold; the note says why."""
+    said = decided.label
+    decided.decided_by = "evidence"
+    decided.label, decided.confidence, decided.scores = ("Yes" if cs.not_mentioned == "evidence" else "Unclear"), None, {}
+    decided.note = (f"the generator cannot score the options, so its answer ({said}) does not decide the label; "
+                    "set compare.text_labels = true to let it")
 
 
 def _wording(item: ChecklistItem, contexts, session: Session):
@@ -261,6 +365,7 @@ def _said_in_so_many_words(decided: _Label, label: str, sentence: tuple, item: C
     words): that sentence is the quote, with its place and evidence; no confidence or
     scores (the model did not decide)."""
     decided.label, decided.quote, decided.confidence, decided.scores = label, sentence[0], None, {}
+    decided.decided_by = "wording"
     decided.page, decided.section = _where(sentence[1])
     decided.evidence = evidence(item, r.prompt.contexts, decided.quote, session)
 
@@ -268,6 +373,7 @@ def _said_in_so_many_words(decided: _Label, label: str, sentence: tuple, item: C
 def _not_mentioned(decided: _Label) -> None:
     """Not mentioned: no quote, no place and no confidence; the quote is kept as the closest clause."""
     decided.label, decided.closest, decided.quote, decided.confidence = "Not mentioned", decided.quote, None, None
+    decided.decided_by = "evidence"
     decided.page = decided.section = None
 
 
@@ -297,7 +403,8 @@ def _finding(decided: _Label, r) -> Finding:
         page=decided.page,
         section=decided.section,
         path=None,
-        prompt_tokens=g.prompt_tokens if g and g.prompt_tokens else len(r.prompt.ids),  # the prompt actually scored
+        # the prompt actually scored (none when the label model decided: nothing was prefilled)
+        prompt_tokens=(g.prompt_tokens if g and g.prompt_tokens else len(r.prompt.ids)) if decided.generated else 0,
         cached_tokens=g.cached_tokens if g else 0,
         seconds=r.timings.get("total_s", 0.0),
         confidence=decided.confidence,
@@ -307,6 +414,8 @@ def _finding(decided: _Label, r) -> Finding:
         closest=decided.closest,
         claims=decided.claims,
         outcome=decided.outcome,
+        decided_by=decided.decided_by,
+        probabilities=decided.probabilities,
     )
 
 

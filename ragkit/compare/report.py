@@ -36,10 +36,15 @@ class Finding:
     closest: str | None = None  # Not mentioned from the evidence: the nearest passage, not on point (not quoted)
     claims: list = field(default_factory=list)  # free-text items: the answer's claims (ragkit.answer.claims)
     outcome: str | None = None  # free-text items: the answer's outcome (supported | unverified | not_found, ragkit.answer.ask)
+    # what decided the label: "label model NAME", "wording" (the checklist's words), "evidence"
+    # (no passage on point), "generator" (its option scores) or "answer" (a free-text item)
+    decided_by: str | None = None
+    probabilities: dict = field(default_factory=dict)  # the label model's Yes / No / Not mentioned probabilities
 
     def to_json(self) -> dict:
         return {
-            "doc": self.doc, "label": self.label, "confidence": self.confidence, "answer": self.answer, "note": self.note,
+            "doc": self.doc, "label": self.label, "confidence": self.confidence, "decided_by": self.decided_by,
+            "probabilities": self.probabilities, "answer": self.answer, "note": self.note,
             "quote": self.quote, "page": self.page, "section": self.section, "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens, "evidence": self.evidence, "closest": self.closest,
             "claims": self.claims, "outcome": self.outcome,

@@ -131,7 +131,8 @@ class Answerer:
         if finding is not None:
             rec["answer"] = finding.label
             rec["quote"] = {"text": finding.quote, "page": finding.page, "section": finding.section,
-                            "confidence": finding.confidence, "closest": finding.closest}
+                            "confidence": finding.confidence, "closest": finding.closest,
+                            "decided_by": finding.decided_by, "probabilities": finding.probabilities}
         return rec
 
     def _ask(self, item: EvalItem) -> tuple:

@@ -1,0 +1,65 @@
+"""`ragkit tune checklist SET... --out DIR`: train a checklist's label model from labelled documents."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ragkit.commands._common import JsonOpt, command_errors, err, print_json
+
+tune_app = typer.Typer(help="Train the models ragkit ships on your own labelled documents.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(tune_app, name="tune")
+
+
+@tune_app.command("checklist")
+def checklist_cmd(
+    sets: list[Path] = typer.Argument(..., help="labelled sets: ContractNLI .json files (texts inside) or eval sets .jsonl "
+                                                  "(their documents given with --corpus)"),
+    out: Path = typer.Option(..., "--out", help="folder the model is written to (model.onnx, tokenizer.json, "
+                                                 "label_model.json, MODEL_CARD.md); its work/ subfolder keeps the store"),
+    checklist: str = typer.Option("nda", "--checklist", help="built-in checklist name or a .toml path"),
+    corpus: Optional[list[Path]] = typer.Option(None, "--corpus", help="documents of the .jsonl sets (files or folders)"),
+    base: Optional[str] = typer.Option(None, "--base", help="what training starts from: minilm (MiniLM-L6, the default), "
+                                                           "ms-marco-minilm-l12 (the shipped cross-encoder) or a BERT folder"),
+    epochs: float = typer.Option(1.0, "--epochs"),
+    seed: int = typer.Option(24, "--seed"),
+    choose_share: float = typer.Option(0.15, "--choose-share", min=0.0, max=0.5,
+                                       help="share of the documents, chosen by the seed, that train nothing and choose the threshold"),
+    candidates: int = typer.Option(24, "--candidates", min=1, help="sentences per item the model reads"),
+    max_length: int = typer.Option(160, "--max-length", min=32, max=512),
+    batch_size: int = typer.Option(16, "--batch-size", min=1),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Train a label model (Yes / No / Not mentioned) for a checklist: fp32 fine-tuning of a
+    cross-encoder on the gold evidence sentences, ONNX INT8 export, threshold chosen on
+    documents that trained nothing, and a model card. Point `compare.label_model` (or the
+    checklist's `label_model`) at OUT to use it."""
+    from ragkit.config import load_settings
+    from ragkit.session import Session
+    from ragkit.tune.checklist import TuneOptions, tune_checklist
+
+    with command_errors(as_json):
+        settings = load_settings(store=out / "work" / "store")
+        opts = TuneOptions(checklist=checklist, base=base, epochs=epochs, seed=seed,
+                           choose_share=choose_share, candidates=candidates, max_length=max_length, batch_size=batch_size)
+        # the command as its options resolved (whatever the caller's argv), for the model card
+        command = " ".join(["ragkit tune checklist", *map(shlex.quote, map(str, sets)), "--out", shlex.quote(str(out)),
+                            *(a for c in corpus or [] for a in ("--corpus", shlex.quote(str(c)))),
+                            "--checklist", shlex.quote(checklist), *(("--base", shlex.quote(base)) if base else ()),
+                            "--epochs", str(epochs), "--seed", str(seed), "--choose-share", str(choose_share),
+                            "--candidates", str(candidates), "--max-length", str(max_length), "--batch-size", str(batch_size)])
+        card = tune_checklist(sets, out, Session(settings), opts, corpus=corpus, command=command,
+                              log=lambda m: err.print(m, highlight=False, markup=False))
+        if as_json:
+            print_json(card)
+        else:
+            c = card["chosen_on"] or {}
+            err.print(f"wrote {out} ({card['size_mb']} MB): threshold {card['threshold']}, on the choosing documents "
+                      f"accuracy {c.get('accuracy')}, macro F1 {c.get('macro_f1')}; training {card['train_s'] / 60:.1f} min",
+                      highlight=False, markup=False)
