@@ -46,6 +46,11 @@ NLI = {"Yes": "Entailment", "No": "Contradiction", "Not mentioned": "NotMentione
 TUNE = ("cnli_dev_019.pdf", "cnli_dev_054.pdf", "cnli_dev_440.pdf", "cnli_dev_547.pdf")
 
 
+def cached(cache: Path) -> dict[str, dict]:
+    """The records --cache already holds, by item id (the last one of an id wins)."""
+    return {r["id"]: r for r in map(json.loads, cache.read_text().splitlines())} if cache.exists() else {}
+
+
 def collect(args) -> list[dict]:
     from ragkit.compare import check_item, load_checklist
     from ragkit.config import load_settings
@@ -61,11 +66,7 @@ def collect(args) -> list[dict]:
     checklist = {i.id: i for i in load_checklist("nda")[1] if i.hypothesis}
     session = Session(settings)  # the models loaded once; its memo keeps each item's prior
     cache = Path(args.cache)
-    done = {}
-    if cache.exists():
-        for line in cache.read_text().splitlines():
-            rec = json.loads(line)
-            done[rec["id"]] = rec
+    done = cached(cache)
     items = [it for it in load_set(Path(args.set)) if not args.docs or it.doc in args.docs]
     out = []
     with cache.open("a") as f:
@@ -238,11 +239,7 @@ def collect_both(args) -> list[dict]:
     model = Session(settings)
     checklist = {i.id: i for i in load_checklist("nda")[1] if i.hypothesis}
     cache = Path(args.cache)
-    done = {}
-    if cache.exists():
-        for line in cache.read_text().splitlines():
-            rec = json.loads(line)
-            done[rec["id"]] = rec
+    done = cached(cache)
     items = [it for it in load_set(Path(args.set)) if not args.docs or it.doc in args.docs]
     out = []
     with cache.open("a") as f:
