@@ -165,8 +165,6 @@ def _model_label(doc: str, item: ChecklistItem, session: Session, model) -> tupl
     model reads the document's sentences nearest the hypothesis; the label rests on the one
     most likely about the item, which is the quote (for Not mentioned: the closest clause).
     The generator decides nothing and nothing is prefilled."""
-    import math
-
     from ragkit.answer.ask import AskResult
     from ragkit.compare.label_model import candidates, hypothesis_of, probability_line
     from ragkit.retrieve.pipeline import retrieve
@@ -220,9 +218,7 @@ def _words_decide(item: ChecklistItem, r, session: Session) -> _Label | None:
         return decided
     if (item.terms and not topical) or item.words_only:
         decided.decided_by = "wording"
-        decided.note = ("Not mentioned: no sentence of the document names " + ", ".join(f"“{t}”" for t in item.terms[:4])
-                        if item.terms and not topical else "Not mentioned: no sentence of the document says "
-                        + " or ".join(f"“{t}”" for t in [*item.affirm[:2], *item.contrary[:2]]) + " or the like")
+        decided.note = _names_no_term(item) if item.terms and not topical else _says_no_words(item)
         return decided
     return None
 
@@ -322,12 +318,11 @@ def _label_on_evidence(decided: _Label, r, item: ChecklistItem, session: Session
         # no sentence of the document names the item ("reverse engineer", "decompile"):
         # Not mentioned, whatever the nearest passage scores
         _not_mentioned(decided)
-        decided.note = "Not mentioned: no sentence of the document names " + ", ".join(f"“{t}”" for t in item.terms[:4]) + (" …" if len(item.terms) > 4 else "")
+        decided.note = _names_no_term(item)
     elif evidence_decides and item.words_only:
         # an item only its words decide: neither its affirming nor its contrary wording is there
         _not_mentioned(decided)
-        said = [*item.affirm[:2], *item.contrary[:2]]
-        decided.note = "Not mentioned: no sentence of the document says " + " or ".join(f"“{t}”" for t in said) + " or the like"
+        decided.note = _says_no_words(item)
     elif evidence_decides and not on_point(decided.evidence, cs):
         # no passage of the document is about the item: Not mentioned, whatever the
         # model says of the nearest one (it answers Yes or No about whatever it is shown)
@@ -347,6 +342,18 @@ def _evidence_only(decided: _Label, cs) -> None:
     decided.label, decided.confidence, decided.scores = ("Yes" if cs.not_mentioned == "evidence" else "Unclear"), None, {}
     decided.note = (f"the generator cannot score the options, so its answer ({said}) does not decide the label; "
                     "set compare.text_labels = true to let it")
+
+
+def _names_no_term(item: ChecklistItem) -> str:
+    """The note of an item no sentence of the document names."""
+    return "Not mentioned: no sentence of the document names " + ", ".join(f"“{t}”" for t in item.terms[:4]) + \
+        (" …" if len(item.terms) > 4 else "")
+
+
+def _says_no_words(item: ChecklistItem) -> str:
+    """The note of a words_only item whose affirming and contrary wording are both absent."""
+    said = [*item.affirm[:2], *item.contrary[:2]]
+    return "Not mentioned: no sentence of the document says " + " or ".join(f"“{t}”" for t in said) + " or the like"
 
 
 def _wording(item: ChecklistItem, contexts, session: Session):

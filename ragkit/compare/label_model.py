@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,7 +55,6 @@ class LabelDecision:
     evidence: Candidate | None  # the sentence the label rests on (for NotMentioned: the closest)
     about: float  # P(the evidence sentence is about the item) = 1 - P(NotMentioned)
     low_confidence: bool
-    ranked: list[tuple[Candidate, dict[str, float]]] = field(default_factory=list)
 
     @property
     def checklist_label(self) -> str:
@@ -114,20 +113,29 @@ class LabelModel:
     def decide(self, hypothesis: str, cands: list[Candidate]) -> LabelDecision:
         """The label from the candidates (see the module's docstring)."""
         probs = self.probabilities(hypothesis, [c.text for c in cands])
-        ranked = sorted(zip(cands, probs), key=lambda cp: -(1.0 - cp[1]["NotMentioned"]))
-        if not ranked:
-            return LabelDecision("NotMentioned", {"Entailment": 0.0, "Contradiction": 0.0, "NotMentioned": 1.0}, None, 0.0,
-                                 False, [])
-        best, p = ranked[0]
-        about = 1.0 - p["NotMentioned"]
-        if about < self.threshold:
-            label = "NotMentioned"
-        else:
-            share = p["Contradiction"] / max(p["Entailment"] + p["Contradiction"], 1e-9)
-            label = "Contradiction" if share >= self.contradiction_share else "Entailment"
-        d = LabelDecision(label, {k: round(v, 4) for k, v in p.items()}, best, round(about, 4), False, ranked)
+        i, label = decide_probabilities(probs, self.threshold, self.contradiction_share)
+        if i is None:
+            return LabelDecision("NotMentioned", {"Entailment": 0.0, "Contradiction": 0.0, "NotMentioned": 1.0}, None, 0.0, False)
+        p = probs[i]
+        d = LabelDecision(label, {k: round(v, 4) for k, v in p.items()}, cands[i], round(1.0 - p["NotMentioned"], 4), False)
         d.low_confidence = d.confidence < self.low_confidence
         return d
+
+
+def decide_probabilities(probs: list[dict[str, float]], threshold: float, share: float) -> tuple[int | None, str]:
+    """(the index of the evidence sentence, the label) from each candidate's probabilities:
+    the sentence most likely about the item (the first on a tie); NotMentioned below
+    `threshold`, else Contradiction when its share of Entailment + Contradiction reaches
+    `share`, else Entailment. `LabelModel.decide` and the training's replay on stored
+    probabilities (ragkit.tune.checklist.decide_row) both decide here."""
+    if not probs:
+        return None, "NotMentioned"
+    i = max(range(len(probs)), key=lambda j: 1.0 - probs[j]["NotMentioned"])
+    p = probs[i]
+    if 1.0 - p["NotMentioned"] < threshold:
+        return i, "NotMentioned"
+    c = p["Contradiction"] / max(p["Entailment"] + p["Contradiction"], 1e-9)
+    return i, "Contradiction" if c >= share else "Entailment"
 
 
 def hypothesis_of(item, model: LabelModel | None = None) -> str:

@@ -258,13 +258,10 @@ def decisions(model, examples: list[Example]) -> list[dict]:
 
 def decide_row(row: dict, threshold: float, share: float = 0.5) -> tuple[str, str | None]:
     """The label and quote `LabelModel.decide` gives, replayed on stored probabilities."""
-    if not row["cands"]:
-        return "NotMentioned", None
-    best = max(row["cands"], key=lambda c: 1.0 - c["NotMentioned"])
-    if 1.0 - best["NotMentioned"] < threshold:
-        return "NotMentioned", best["unit"]
-    c = best["Contradiction"] / max(best["Entailment"] + best["Contradiction"], 1e-9)
-    return ("Contradiction" if c >= share else "Entailment"), best["unit"]
+    from ragkit.compare.label_model import decide_probabilities
+
+    i, label = decide_probabilities(row["cands"], threshold, share)
+    return label, (row["cands"][i]["unit"] if i is not None else None)
 
 
 def figures(rows: list[dict], threshold: float, share: float = 0.5) -> dict:
