@@ -95,6 +95,26 @@ def test_vectors_agree_with_torch_fp32(cache, texts, fp32, backend, precision, m
     assert float(q @ v[5]) >= mean_min
 
 
+def test_bf16_keeps_linear_weights_in_bf16_with_the_vectors_of_autocast_over_fp32(cache, texts):
+    """The bf16 embedder stores its Linear weights in bf16 once (autocast would cast them on
+    every call): the vectors are bit for bit those of autocast over the fp32 weights, and
+    LayerNorm stays fp32."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    e = load_embedder(_settings(cache, backend="torch", precision="bf16"))
+    batch = texts[:24]  # one batch, so both sides pad it alike
+    v = e._encode(batch)
+    dtypes = {(type(m).__name__, m.weight.dtype) for m in e._load().modules()
+              if isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm))}
+    assert dtypes == {("Linear", torch.bfloat16), ("LayerNorm", torch.float32)}
+    plain = SentenceTransformer(str(e.path), device="cpu", local_files_only=True)
+    assert {p.dtype for p in plain.parameters()} == {torch.float32}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = plain.encode(batch, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
+    assert np.array_equal(v, np.asarray(ref, dtype=np.float32))
+
+
 def test_length_sorted_batches_restore_the_order(cache, texts):
     e = load_embedder(_settings(cache, backend="onnx", precision="fp32", batch_size=8))
     mixed = [texts[i] for i in np.random.default_rng(1).permutation(len(texts))] + ["short", "a b c"]

@@ -91,6 +91,23 @@ class FolderModel:
         return self._encode([text])[0].tolist()
 
 
+def _linear_weights_bf16(model) -> None:
+    """Store the Linear layers' weights in bf16 once. Under `torch.autocast` a Linear runs in
+    bf16 whatever its weights hold, and autocast casts fp32 weights on every call: the
+    vectors are bit for bit those of autocast over fp32 weights, 6% faster (800 SEC chunks,
+    2 cores: 131 -> 139 texts/s). LayerNorm and the embeddings stay fp32, as autocast keeps
+    them (casting the whole model to bf16 is 20% faster again, but its vectors fall to
+    cosine 0.996 of fp32)."""
+    import torch
+
+    with torch.no_grad():
+        for layer in model.modules():
+            if isinstance(layer, torch.nn.Linear):
+                layer.weight.data = layer.weight.data.to(torch.bfloat16)
+                if layer.bias is not None:
+                    layer.bias.data = layer.bias.data.to(torch.bfloat16)
+
+
 class SentenceTransformerEmbedder(FolderModel):
     """sentence-transformers model from a local folder (a PyPI package or a path), run by
     PyTorch in fp32, or in bf16 under `torch.autocast` (precision="bf16").
@@ -130,6 +147,8 @@ class SentenceTransformerEmbedder(FolderModel):
             getdim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
             self.dim = int(getdim())
             self.max_tokens = int(self._model.max_seq_length) - 2
+            if self.precision == "bf16":
+                _linear_weights_bf16(self._model)
         return self._model
 
     def _encode(self, texts: list[str]):

@@ -400,11 +400,9 @@ class ChromaStore:
         out: dict[str, Hit] = {}
         missing: list[str] = []
         for d, cids in by_doc.items():
-            if self.sidecars.count(d) is None and not (expect and self.ensure_sidecar(d, expect.get(d))):
-                missing += cids
-                continue
-            rows = [self.sidecars.row_of(d, c) for c in cids]
-            got = self.sidecars.hits(d, [r for r in rows if r is not None]) if None not in rows else None
+            got = self.sidecars.hits_by_id(d, cids)
+            if got is None and self.sidecars.count(d) is None and expect and self.ensure_sidecar(d, expect.get(d)):
+                got = self.sidecars.hits_by_id(d, cids)
             if got is None:
                 missing += cids
                 continue

@@ -45,6 +45,11 @@ class Sidecars:
         assert self.folder is not None
         return self.folder / f"{doc_id}.side"
 
+    def _file(self, doc_id: str) -> str:
+        """`path` as a string, for the read path (a query opens a few dozen sidecars: pathlib's
+        joins cost more than the reads)."""
+        return os.path.join(self.folder, doc_id + ".side")
+
     # ---------------------------------------------------------------- writing
 
     def write(self, doc_id: str, ids: list[str], vectors, texts: list[str], metas: list[dict]) -> None:
@@ -127,7 +132,7 @@ class Sidecars:
         None when there is none."""
         if self.folder is None:
             return None
-        p = self.path(doc_id)
+        p = self._file(doc_id)
         try:
             st = os.stat(p)
         except OSError:
@@ -177,7 +182,7 @@ class Sidecars:
                 return header["ids"], got[1]
         n, dim = header["n"], header["dim"]
         try:
-            with open(self.path(doc_id), "rb") as f:
+            with open(self._file(doc_id), "rb") as f:
                 f.seek(base)
                 raw = f.read(n * dim * 4)
         except OSError:
@@ -196,15 +201,29 @@ class Sidecars:
         h = self._header(doc_id)
         if h is None:
             return None
+        return self._read_rows(doc_id, h, list(range(h[1]["n"])) if rows is None else rows)
+
+    def hits_by_id(self, doc_id: str, chunk_ids: list[str]) -> list[Hit] | None:
+        """Hits of the given chunk ids of one doc_id, in that order; None when it has no
+        sidecar or the sidecar lacks one of them. One look at the file for all of them."""
+        h = self._header(doc_id)
+        if h is None:
+            return None
+        index = h[1]["index"]
+        rows = [index.get(c) for c in chunk_ids]
+        if None in rows:
+            return None
+        return self._read_rows(doc_id, h, rows)
+
+    def _read_rows(self, doc_id: str, h, rows: list[int]) -> list[Hit] | None:
         _, header, base = h
         n, dim = header["n"], header["dim"]
         to, mo = header["text_off"], header["meta_off"]
         tbase = base + n * dim * 4
         mbase = tbase + to[-1]
-        rows = list(range(n)) if rows is None else rows
         out = []
         try:
-            with open(self.path(doc_id), "rb") as f:
+            with open(self._file(doc_id), "rb") as f:
                 if len(rows) > 8:  # most of the file: one read
                     f.seek(tbase)
                     blob = f.read(to[-1] + mo[-1])
@@ -220,10 +239,6 @@ class Sidecars:
         except (OSError, ValueError):
             return None
         return out
-
-    def row_of(self, doc_id: str, chunk_id: str) -> int | None:
-        h = self._header(doc_id)
-        return None if h is None else h[1]["index"].get(chunk_id)
 
     def read_all(self, doc_id: str):
         """(hits, vectors) of one doc_id, or None."""
