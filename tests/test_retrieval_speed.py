@@ -95,6 +95,41 @@ def test_one_document_search_is_the_unrestricted_search_filtered(store3):
             assert [h.id for h in one] == [i for i, _ in lexical.rrf([dense8, lex8])][:8]
 
 
+def test_search_over_every_document_runs_dense_beside_lexical_and_fuses_the_same(store3):
+    """Over all live documents the dense search runs in the store's search thread while the
+    lexical one runs in the caller's: the fused candidates are those of the two rankings made
+    one after the other, with the store's own texts."""
+    import threading
+
+    settings, _ = store3
+    emb = load_embedder(settings)
+    st = open_store(settings, emb, create=False)
+    records = st.documents()
+    live = [r.doc_id for r in records]
+    folder = lexical.index_dir(settings.store, None, settings.collection, settings.cache_dir)
+    index = lexical.open_index(st, folder, live)
+    seen: list[str] = []
+    real = st.query_ids
+
+    def query_ids(*a, **kw):
+        seen.append(threading.current_thread().name)
+        return real(*a, **kw)
+
+    st.query_ids = query_ids
+    for q in QUESTIONS:
+        qv = emb.embed_query(q)
+        got = hybrid_search(st, q, qv, records, 12, lexical=index, all_docs=True)
+        dense = [i for i, _ in real(qv, 12, live, all_live=True)]
+        lex = [i for i, _ in index.search(q, 12)]
+        want = [i for i, _ in lexical.rrf([dense, lex])][:12]
+        assert [h.id for h in got] == want, q
+        texts = st.hits(want)
+        assert [h.text for h in got] == [texts[i].text for i in want]
+    assert seen and all(n.startswith("ragkit-search") for n in seen)  # not the caller's thread
+    one = hybrid_search(st, QUESTIONS[0], emb.embed_query(QUESTIONS[0]), records[:1], 5, lexical=index)
+    assert one and seen[-1] == threading.current_thread().name  # one document: no hand-off
+
+
 def test_a_store_without_sidecars_answers_the_same_and_gets_them(store3, tmp_path):
     settings, _ = store3
     emb = load_embedder(settings)

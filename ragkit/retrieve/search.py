@@ -93,11 +93,20 @@ def hybrid_search(
         doc_ids = sorted({d.doc_id for d in group})
         rankings: list[list[str]] = []
         weights: list[float] = []
-        if mode in ("hybrid", "dense") and query_vec is not None:
-            rankings.append([i for i, _ in store.query_ids(query_vec, per, doc_ids, all_live=all_live, expect=expect)])
+        dense = mode in ("hybrid", "dense") and query_vec is not None
+        # a search over every live document (Chroma's HNSW) runs beside the lexical one; a
+        # few documents' sidecar dot product takes less than handing it to a thread
+        both = dense and mode == "hybrid" and lexical is not None and all_live
+        if dense:
+            kw = {"all_live": all_live, "expect": expect}
+            pending = store.query_ids_beside(query_vec, per, doc_ids, **kw) if both else None
+            if pending is None:
+                rankings.append([i for i, _ in store.query_ids(query_vec, per, doc_ids, **kw)])
             weights.append(1.0)
         if mode in ("hybrid", "bm25") and lexical is not None:
             lex = lexical.search(query, per, None if all_live else doc_ids)
+            if both:
+                rankings.append([i for i, _ in pending.result()])
             rankings.append([i for i, _ in lex])
             weights.append(bm25_weight)
         # fuse the ids first, then fetch the texts of the `per` that are kept (and no more)
