@@ -163,6 +163,8 @@ def ttft_once(tree: Path, qset: Path, corpus: list[Path], work: Path, label: str
     first = [x.get("retrieve_s", 0) + x.get("prompt_s", 0) + x.get("ttft_s", 0) for x in t if "ttft_s" in x]
     return {"ttft_p50_s": round(statistics.median(first), 2),
             "retrieve_p50_s": round(statistics.median(x.get("retrieve_s", 0) for x in t), 3),
+            # the cross-encoder stage inside retrieve_s (0 where the checkout has none)
+            "rerank_p50_s": round(statistics.median(x.get("rerank_s", 0) for x in t), 3),
             "prefill_p50_s": round(statistics.median(x.get("ttft_s", 0) for x in t), 2),
             "prompt_tokens_p50": statistics.median(int(r.get("prompt_tokens") or 0) for r in recs),
             "questions": len(first)}
@@ -175,7 +177,7 @@ def summarize(runs: dict[str, list[dict]]) -> dict:
         old = [r[k] for r in runs["old"]]
         new = [r[k] for r in runs["new"]]
         ratios = [n / o for o, n in zip(old, new) if o]
-        out[k] = {"old": statistics.median(old), "new": statistics.median(new),
+        out[k] = {"old": round(statistics.median(old), 3), "new": round(statistics.median(new), 3),
                   "ratio": round(statistics.median(ratios), 3) if ratios else None,
                   "ratio_min": round(min(ratios), 3) if ratios else None,
                   "ratio_max": round(max(ratios), 3) if ratios else None,
@@ -228,7 +230,7 @@ def main() -> None:
                 runs[side].append(r)
         result[part] = summarize(runs)
         if peer:
-            result[part]["llamaindex_s"] = {"runs": peer, "median": statistics.median(peer)}
+            result[part]["llamaindex_s"] = {"runs": peer, "median": round(statistics.median(peer), 2)}
     if a.json:
         print(json.dumps(result, indent=1))
         return

@@ -106,6 +106,8 @@ def register(app: typer.Typer) -> None:
         t = result.timings
         err.print(
             f"[dim]prompt {len(result.prompt.ids)} tok ({g.cached_tokens} cached), {g.completion_tokens} generated; "
-            f"retrieve {t['retrieve_s']:.2f}s, first token {t['ttft_s']:.2f}s, generate {t['generate_s']:.2f}s[/]",
+            f"retrieve {t['retrieve_s']:.2f}s"
+            + (f" (reranker {t['rerank_s']:.2f}s)" if "rerank_s" in t else "")
+            + f", first token {t['ttft_s']:.2f}s, generate {t['generate_s']:.2f}s[/]",
             highlight=False,
         )
