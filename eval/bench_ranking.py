@@ -316,7 +316,7 @@ class ScoreMemo:
 def prime_reranker(settings, path: Path):
     """Wrap the process's reranker (the one `retrieve` loads) in a ScoreMemo; None when the
     settings turn reranking off."""
-    from ragkit.retrieve.rerank import load_reranker
+    from ragkit.rerankers import load_reranker
 
     sess = session_for(settings)
     r = sess.reranker if hasattr(sess, "memo") else load_reranker(settings)

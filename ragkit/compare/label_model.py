@@ -19,7 +19,7 @@ How an item is labelled for one document:
    is shown; under `low_confidence` the reader is told.
 
 The model is a cross-encoder body with a three-way head, exported to ONNX INT8 and run by
-onnxruntime (`ragkit.rerankers.OnnxCrossEncoder`): about 17 x 24 sentence pairs a
+onnxruntime (`ragkit.rerankers.onnx.OnnxCrossEncoder`): about 17 x 24 sentence pairs a
 document, a second or two on 2 cores.
 """
 
@@ -71,7 +71,7 @@ class LabelModel:
     (its labels in output order, max_length, candidates, threshold, low_confidence)."""
 
     def __init__(self, folder: Path, *, name: str | None = None, threads: int = 0):
-        from ragkit.rerankers import OnnxCrossEncoder
+        from ragkit.rerankers.onnx import OnnxCrossEncoder
 
         self.folder = Path(folder)
         try:

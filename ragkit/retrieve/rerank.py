@@ -1,5 +1,5 @@
-"""The reranker stage: a cross-encoder (`ragkit.rerankers`: the backends and their loader,
-re-exported here) reads the question together with each candidate passage and gives one
+"""The reranker stage: a cross-encoder (`ragkit.rerankers`: the backends and their loader)
+reads the question together with each candidate passage and gives one
 relevance score per pair; its order is fused with the ranking the earlier stages made
 (reciprocal rank fusion), so neither signal alone decides.
 
@@ -15,16 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ragkit.rerankers import (  # noqa: F401  (the backends' names, kept importable from here)
-    DEFAULT_MODEL,
-    OnnxCrossEncoder,
-    OpenAIReranker,
-    Reranker,
-    RerankerError,
-    SentenceTransformersCrossEncoder,
-    backend_of,
-    load_reranker,
-)
+from ragkit.rerankers import Reranker
 from ragkit.retrieve.rank import _leaf
 from ragkit.store import Hit
 

@@ -133,7 +133,7 @@ def rerank(query: str, hits: list[Hit], model, top: int) -> list[Hit]:
     fuses them with the ranking instead: ragkit.retrieve.rerank). `model`: a Reranker (a
     Session's), or the path of a sentence-transformers CrossEncoder folder, loaded for this call."""
     if isinstance(model, (str, Path)):
-        from ragkit.retrieve.rerank import SentenceTransformersCrossEncoder
+        from ragkit.rerankers.crossencoder import SentenceTransformersCrossEncoder
 
         model = SentenceTransformersCrossEncoder(Path(model))
     head, tail = hits[:top], hits[top:]
