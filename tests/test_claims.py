@@ -143,11 +143,14 @@ def test_ask_abstains_on_an_unanswerable_question_and_answers_an_answerable_one(
     retrieval gate, the model itself, or no claim of its answer supported); the survival
     question is answered, with a supported claim quoting clause 7.2's sentence."""
     from ragkit.answer.ask import ABSTAIN_TEXT, ask
+    from ragkit.session import Session
 
-    r = ask("What is the purchase price of the shares?", store, docs=["ai-osi-stack-mutual-nda.md"])
+    session = Session(store)  # two questions on one document, as `ragkit chat` asks them: one model load
+    r = ask("What is the purchase price of the shares?", session, docs=["ai-osi-stack-mutual-nda.md"])
     assert r.abstained and r.answer == ABSTAIN_TEXT, (r.answer, [c.to_json() for c in r.claims])
     assert r.outcome == "not_found" and r.citations == []
-    ok = ask("How long do the confidentiality obligations survive?", store, docs=["ai-osi-stack-mutual-nda.md"])
+    ok = ask("How long do the confidentiality obligations survive?", session, docs=["ai-osi-stack-mutual-nda.md"])
+    session.close()
     assert not ok.abstained, (ok.answer, ok.abstain_reason, [c.to_json() for c in ok.claims])
     assert re.search(r"\b(three|3)\b", ok.answer), ok.answer
     held = [c for c in ok.claims if c.supported and re.search(r"\b(three|3)\b", c.text)]
