@@ -58,7 +58,7 @@ class ChromaStore:
         self.path = path
         self.url = url
         self._records: tuple[str, list] | None = None  # (store version, records) of the last documents()
-        self._search_thread = None  # a one-thread executor for query_ids_beside, made on first use
+        self._search_thread = None  # (pid, one-thread executor) for query_ids_beside, made on first use
         chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
         try:
             if url:
@@ -398,11 +398,12 @@ class ChromaStore:
         numpy's dot product over sidecars) let go of the GIL, so the lexical search runs beside
         it in the caller's thread. 100K chunks, 2 cores: the two rankings 3.5 ms one after the
         other, 2.0 ms side by side (eval/bench_retrieval.py)."""
-        if self._search_thread is None:
+        # made again in a forked child, which has the executor but not its thread
+        if self._search_thread is None or self._search_thread[0] != os.getpid():
             from concurrent.futures import ThreadPoolExecutor
 
-            self._search_thread = ThreadPoolExecutor(1, thread_name_prefix="ragkit-search")
-        return self._search_thread.submit(self.query_ids, embedding, k, doc_ids, **kw)
+            self._search_thread = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="ragkit-search"))
+        return self._search_thread[1].submit(self.query_ids, embedding, k, doc_ids, **kw)
 
     def hits(self, ids: list[str], expect: dict[str, int] | None = None) -> dict[str, Hit]:
         """Text and metadata of chunks by id: from the sidecars, else from Chroma."""
