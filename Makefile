@@ -17,7 +17,7 @@ DEMO_QUESTION ?= How long do the confidentiality obligations survive after the a
 CNLI_DIR ?= ../shared/corpora/contractnli-dev/rendered
 CNLI_OUT ?= runs/contractnli-rendered8
 
-.PHONY: demo test test-all install install-ocr clean eval-contractnli
+.PHONY: demo test test-all install install-ocr clean eval-contractnli legal-reranker
 
 install: $(STAMP)
 
@@ -44,6 +44,14 @@ test-all: $(STAMP)
 # labels and quotes as `ragkit compare` makes them; resumable; report in $(CNLI_OUT)
 eval-contractnli: $(STAMP)
 	$(VENV)/bin/ragkit eval run eval/sets/contractnli-rendered8.jsonl $(foreach f,$(wildcard $(CNLI_DIR)/*.pdf),--corpus $(f)) --out $(CNLI_OUT)
+
+# The shipped legal reranker (registry legal-minilm-l12) trained again from the shared corpora
+# by the command its model card names, then copied into the package (check the sha256 pins in
+# ragkit/models.py against the new card before committing; about 45 minutes on 2 cores)
+LEGAL_RERANKER_WORK ?= build/legal-reranker
+legal-reranker: $(STAMP)
+	$(VENV)/bin/ragkit tune reranker ../shared/corpora/cuad-train/master_clauses.csv ../shared/corpora/contractnli-train-50/train_truncated.json --out $(LEGAL_RERANKER_WORK) --max-docs 120 --per-doc 6 --negatives 5
+	cp $(addprefix $(LEGAL_RERANKER_WORK)/,model.onnx tokenizer.json reranker.json MODEL_CARD.md training.json) ragkit/models_data/legal-reranker/
 
 # Optional: OCR for scanned PDFs (Debian/Ubuntu packages; needs root)
 install-ocr:

@@ -6,6 +6,7 @@ prints figures, not a test).
     .venv/bin/python eval/bench_ranking.py --build-only
     .venv/bin/python eval/bench_ranking.py --json
     .venv/bin/python eval/bench_ranking.py --lexical tantivy    # the lexical index on tantivy (retrieve.lexical)
+    .venv/bin/python eval/bench_ranking.py --methods ms_marco,legal --half held   # the two rerankers, held-out halves
 
 Stores are built once and cached outside the repository (`--cache`, default
 /tmp/ragkit-rank/), each through the real ingest path (real embedder, real Chroma, real
@@ -69,6 +70,9 @@ METHODS: dict[str, dict] = {
     "no_opening": {"opening_first": False},  # no first-chunk rule for title / parties / date questions  # search with the question as asked, instructions and all
     "no_rerank": {"rerank": "off"},  # the ranking without the cross-encoder stage (issue 24)
     "rerank": {"rerank": "onnx"},  # the cross-encoder at the shipped pool and weight
+    # the reranker trained on contracts (`ragkit tune reranker`, registry legal-minilm-l12) in the same place
+    "legal": {"rerank": "onnx", "rerank_model": "legal-minilm-l12"},
+    "ms_marco": {"rerank": "onnx", "rerank_model": "ms-marco-minilm-l12"},
 }
 
 
@@ -117,6 +121,7 @@ def corpus_for(name: str, cache: Path) -> list[Path]:
 
 UNCACHED = False  # --uncached: no score memo, so the reranker runs for every pair and its wall time is measured
 SEEDED_SPLIT = False  # --seeded-split: also score seeded_halves apart ("tune", "held")
+GRID_MODEL: str | None = None  # --grid-model: the reranker the grid's pools and weights are tried with
 EMBED_MODEL: str | None = None  # --embed-model: another embedder (its own stores: use another --cache)
 
 
@@ -313,6 +318,13 @@ class ScoreMemo:
         return out
 
 
+def memo_path(settings, cache: Path, name: str) -> Path:
+    """The score memo of the settings' reranker model (one file per model: the scores are its own)."""
+    model = settings.retrieve.rerank_model
+    tag = "" if model == "ms-marco-minilm-l12" else "-" + hashlib.sha1(model.encode()).hexdigest()[:8]
+    return cache / name / f"rerank-scores{tag}.jsonl"
+
+
 def prime_reranker(settings, path: Path):
     """Wrap the process's reranker (the one `retrieve` loads) in a ScoreMemo; None when the
     settings turn reranking off."""
@@ -412,7 +424,7 @@ def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: 
     if from_records is None:
         prime_queries(settings, items_for(name))
         if not UNCACHED:
-            memo = prime_reranker(settings, cache / name / "rerank-scores.jsonl")
+            memo = prime_reranker(settings, memo_path(settings, cache, name))
     rows = []
     costs: list[tuple[float, int, int]] = []
     measured: list[tuple[float, float]] = []  # --uncached: each question's reranker (wall s, CPU s) as it ran
@@ -484,7 +496,7 @@ def rerank_grid(names: list[str], cache: Path, gen, pools: list[int], weights: l
     other half. One choice for every set (a user's documents are of no known kind): the
     highest mean of the sets' OBJECTIVE on their tuning halves."""
     out: dict = {"seed": seed, "pools": pools, "weights": weights, "units": units, "sets": {}}
-    tail = "+rerank_units=true" if units else ""
+    tail = ("+rerank_units=true" if units else "") + (f"+rerank_model={GRID_MODEL}" if GRID_MODEL else "")
     combos = [(p, w) for p in pools for w in weights]
     tune_scores: dict[tuple[int, float], list[float]] = {c: [] for c in combos}
     for name in names:
@@ -497,7 +509,8 @@ def rerank_grid(names: list[str], cache: Path, gen, pools: list[int], weights: l
         res["tune"]["no_rerank"] = {k: v for k, v in base.items() if k != "rows"}
         for p, w in combos:
             m = f"rerank=onnx+rerank_pool={p}+rerank_weight={w}{tail}"
-            METHODS.setdefault(m, {"rerank": "onnx", "rerank_pool": p, "rerank_weight": w, "rerank_units": units})
+            METHODS.setdefault(m, {"rerank": "onnx", "rerank_pool": p, "rerank_weight": w, "rerank_units": units,
+                                   **({"rerank_model": GRID_MODEL} if GRID_MODEL else {})})
             r = measure(name, cache, m, gen, None, False, docs=tune, evidence_only=True)
             res["tune"][m] = {k: v for k, v in r.items() if k != "rows"}
             tune_scores[(p, w)].append(r["all"][OBJECTIVE[name]] or 0.0)
@@ -505,7 +518,10 @@ def rerank_grid(names: list[str], cache: Path, gen, pools: list[int], weights: l
                 f"(without: {base['all'][OBJECTIVE[name]]:.3f})")
         out["sets"][name] = res
     best = max(combos, key=lambda c: (statistics.fmean(tune_scores[c]), -c[0]))  # ties: the smaller pool
-    out["chosen"] = {"pool": best[0], "weight": best[1], "units": units,
+    METHODS.setdefault(f"rerank=onnx+rerank_pool={best[0]}+rerank_weight={best[1]}{tail}",
+                       {"rerank": "onnx", "rerank_pool": best[0], "rerank_weight": best[1], "rerank_units": units,
+                        **({"rerank_model": GRID_MODEL} if GRID_MODEL else {})})
+    out["chosen"] = {"pool": best[0], "weight": best[1], "units": units, "model": GRID_MODEL,
                      "tune_objective_mean": statistics.fmean(tune_scores[best])}
     chosen = f"rerank=onnx+rerank_pool={best[0]}+rerank_weight={best[1]}{tail}"
     for name in names:
@@ -587,7 +603,7 @@ def not_found(names: list[str], cache: Path, gen, seed: int, method: str, docs_p
             for d in docs[:offtopic_docs]:
                 asked += [(half, d, q, "offtopic") for q in offq]
         prime_queries(settings, [type("I", (), {"question": q})() for _, _, q, _ in asked])
-        prime_reranker(settings, cache / name / "rerank-scores.jsonl")
+        prime_reranker(settings, memo_path(settings, cache, name))
         log(f"[{name}] not_found: {len(asked)} questions over {sum(map(len, chosen.values()))} documents")
         for n, (half, doc, q, kind) in enumerate(asked, 1):
             key = (name, doc, q)
@@ -801,6 +817,7 @@ def main() -> None:
     ap.add_argument("--embed-model", default=None, help="embed.model for the stores (e.g. bge-small-en; give it its own --cache)")
     ap.add_argument("--seeded-split", action="store_true",
                     help="also score the halves of --seed apart (tune / held, as --rerank-grid splits)")
+    ap.add_argument("--grid-model", default=None, help="--rerank-grid: retrieve.rerank_model to try (default: the setting's)")
     ap.add_argument("--units", action="store_true", help="--rerank-grid: score each chunk's sentences (rerank_units)")
     ap.add_argument("--seed", type=int, default=SPLIT_SEED, help="--rerank-grid / --not-found: the seed of the document split")
     ap.add_argument("--not-found", action="store_true",
@@ -817,9 +834,12 @@ def main() -> None:
     ap.add_argument("--nf-method", default="rerank", help="--not-found: the retrieve settings (a method)")
     ap.add_argument("--nf-docs", type=int, default=10, help="--not-found: documents per half and set")
     ap.add_argument("--nf-offtopic-docs", type=int, default=3, help="--not-found: documents per half asked the off-topic questions")
+    ap.add_argument("--half", choices=("tune", "held"), default=None,
+                    help="only the documents of one seeded half (--seed): held = those that chose no setting")
     ap.add_argument("--nf-max-refused", type=float, default=0.01, help="--not-found: answerable share the floor may refuse (tuning half)")
     args = ap.parse_args()
-    global SKIP, EMBED_MODEL, SEEDED_SPLIT, UNCACHED
+    global SKIP, EMBED_MODEL, SEEDED_SPLIT, UNCACHED, GRID_MODEL
+    GRID_MODEL = args.grid_model
     EMBED_MODEL = args.embed_model
     UNCACHED = args.uncached
     SEEDED_SPLIT = args.seeded_split
@@ -855,7 +875,7 @@ def main() -> None:
     if args.rerank_grid:
         g = rerank_grid(names, args.cache, gen, [int(x) for x in args.pools.split(",")],
                         [float(x) for x in args.weights.split(",")], args.seed, units=args.units)
-        (args.cache / ("rerank-grid-units.json" if args.units else "rerank-grid.json")).write_text(json.dumps(g, indent=1))
+        (args.cache / f"rerank-grid{'-units' if args.units else ''}{'-' + args.grid_model.replace('/', '_') if args.grid_model else ''}.json").write_text(json.dumps(g, indent=1))
         if args.json:
             print(json.dumps(g, indent=2))
         else:
@@ -869,7 +889,8 @@ def main() -> None:
             out[name]["before"] = measure(name, args.cache, "before", gen, args.limit, args.split, from_records=base)
         for m in methods:
             if m != "before":
-                out[name][m] = measure(name, args.cache, m, gen, args.limit, args.split)
+                half = None if args.half is None else seeded_halves(items_for(name), args.seed)[args.half == "held"]
+                out[name][m] = measure(name, args.cache, m, gen, args.limit, args.split, docs=half)
     if args.json:
         print(json.dumps({s: {m: {k: v for k, v in r.items() if k != "rows"} for m, r in ms.items()} for s, ms in out.items()},
                          indent=2))

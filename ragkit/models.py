@@ -86,6 +86,22 @@ REGISTRY: dict[str, ModelSpec] = {
         ),
         extra={"engine": "onnx-cross-encoder", "max_length": 512},
     ),
+    # trained here by `ragkit tune reranker` from ms-marco-minilm-l12 on CUAD and ContractNLI
+    # training documents (ragkit/models_data/legal-reranker/MODEL_CARD.md: data, command, seed,
+    # held-out figures; `make legal-reranker` trains it again) and committed with ragkit
+    "legal-minilm-l12": ModelSpec(
+        name="legal-minilm-l12",
+        kind="reranker",
+        description="ms-marco MiniLM-L12 fine-tuned on contract clauses (CUAD, ContractNLI training documents), INT8 ONNX: "
+                    "one relevance logit per (question, passage)",
+        licence="CC BY 4.0 (trained on CUAD v1 and ContractNLI, CC BY 4.0; from cross-encoder/ms-marco-MiniLM-L-12-v2, Apache-2.0)",
+        parts=(PackagedFile("ragkit", "models_data/legal-reranker", "ragkit (reinstall it: the model ships inside the package)"),),
+        files=(
+            ("model.onnx", "3233d2c94aa57e0522e63b754adbaea674a10f3611d24e86c0ea81a99def3ab6"),
+            ("tokenizer.json", "851ca67100d372ca3ae031a6abd168f53489eebfd7d89523f35c5c9b4d372c3c"),
+        ),
+        extra={"engine": "onnx-cross-encoder", "max_length": 256},
+    ),
     "bge-small-en": ModelSpec(
         name="bge-small-en",
         kind="embedder",

