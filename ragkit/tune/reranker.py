@@ -380,6 +380,7 @@ def tune_reranker(sources: list[Path], out: Path, session, opts: RerankTuneOptio
         if starting in REGISTRY and REGISTRY[starting].kind == "reranker":
             figures["start"] = ranking_figures(OnnxCrossEncoder(resolve(starting, "reranker", session.settings.cache_dir),
                                                                 name=starting), held_m)
+            figures["start"]["model"] = starting  # what it is set against: the base, or today's reranker for minilm
         figures["trained"] = ranking_figures(OnnxCrossEncoder(out, name=out.name, max_length=opts.max_length), held_m)
     card = {
         "sources": [s.source for s in sets], "licences": sorted({LICENCES[s.kind] for s in sets if s.kind in LICENCES}),
@@ -407,7 +408,7 @@ def model_card(card: dict) -> str:
         return f"| {name} | {fmt(f.get('gold_first'))} | {fmt(f.get('mrr'))} | {fmt(f.get('answerable_auc'))} |"
 
     table = "\n".join(["| model | gold passage first | MRR | best score: answerable vs not (ROC AUC) |", "|---|---|---|---|",
-                       *([row(f"starting model ({card['starting_model']})", fig["start"])] if "start" in fig else []),
+                       *([row(f"before: {fig['start'].get('model', card['starting_model'])}", fig["start"])] if "start" in fig else []),
                        row("trained", fig.get("trained"))])
     held = fig.get("trained") or {}
     return f"""# Reranker trained by `ragkit tune reranker`
