@@ -654,6 +654,30 @@ def not_found(names: list[str], cache: Path, gen, seed: int, method: str, docs_p
                                                                         and r["best"] < g)
             res["sets"][name][half]["either_all_sets_floor"] = rates(
                 hr, lambda r: r["gate"] or (r["best"] is not None and g is not None and r["best"] < g))
+    # the quote floor (retrieve.quote_floor): a question asking for the clause (CUAD's are all
+    # extractive) is answered by a quote only from this score up, else unverified with the
+    # closest passages shown. Not a refusal, so answerable and unanswerable weigh the same:
+    # the floor with the highest Youden J (share of answerable quoted + share of unanswerable
+    # not quoted - 1) on the tuning half, reported on the held-out half.
+    from ragkit.answer.passages import is_extractive
+
+    for name in names:
+        tr = [r for r in rows if r["set"] == name and r["half"] == "tune" and r["best"] is not None
+              and r["kind"] != "offtopic" and is_extractive(r["question"])]
+        if not tr or {r["kind"] for r in tr} != {"answerable", "unanswerable"}:
+            continue
+
+        def j(f, rs):
+            a = [r for r in rs if r["kind"] == "answerable"]
+            u = [r for r in rs if r["kind"] == "unanswerable"]
+            return sum(r["best"] >= f for r in a) / len(a) + sum(r["best"] < f for r in u) / len(u) - 1
+
+        qf = max(sorted({round(r["best"], 2) for r in tr}), key=lambda f: (j(f, tr), -abs(f)))
+        res["sets"][name]["quote_floor"] = qf
+        for half in ("tune", "held"):
+            hr = [r for r in rows if r["set"] == name and r["half"] == half and r["best"] is not None
+                  and r["kind"] != "offtopic" and is_extractive(r["question"])]
+            res["sets"][name][half]["quote_floor"] = rates(hr, lambda r: r["best"] < qf)
     return res
 
 
@@ -784,6 +808,11 @@ def print_not_found(res: dict) -> None:
                 f"  {k}: " + ", ".join(f"{rule} {r[half][rule][k]['stopped']}/{r[half][rule][k]['n']}"
                                       for rule in ("today", "reranker", "either", "either_all_sets_floor"))
                 for k in ("answerable", "unanswerable", "offtopic")))
+            if "quote_floor" in r[half]:
+                q = r[half]["quote_floor"]
+                print(f"    quote floor {r['quote_floor']:.2f} (Youden J, tuning half): not quoted, answerable "
+                      f"{q['answerable']['stopped']}/{q['answerable']['n']}, unanswerable "
+                      f"{q['unanswerable']['stopped']}/{q['unanswerable']['n']}")
             for k, q in r[half]["best_by_kind"].items():
                 if q:
                     print(f"    best score, {k}: n {q['n']} min {q['min']:.2f} p10 {q['p10']:.2f} p50 {q['p50']:.2f} "

@@ -104,11 +104,11 @@ RERANK_UNITS_DEFAULT = True
 # the table lane (retrieve.rerank_tables): 8 chosen on the SEC tuning half (4 / 8 / 16 / 60 tables: figure's page in the
 # prompt 0.912 / 0.941 / 0.941 / 0.941, 0.912 without), held-out half 0.927 -> 0.951 (eval/README.md "Reranker")
 RERANK_TABLES_DEFAULT = 8
-# the best lane table joins the prompt only from this logit up: -5 / -4 / -3 / -2 / -1.5 / -1 / 0 on the SEC tuning half
-# kept its figure's page 0.941 down to -1.5 (0.912 from -1), adding a table to 16 of 35 questions instead of 35;
-# held-out half: 0.951 either way, a table added to 15 of 42 questions instead of 42
-RERANK_TABLE_FLOOR_DEFAULT = -1.5
-RERANK_ABSTAIN_BELOW_DEFAULT: float | None = None
+# A floor on a cross-encoder's score is that model's own (logits of another model mean other
+# things): "model" takes the floor the reranker ships with (the registry's `floors`, or a
+# trained folder's reranker.json), a number sets it, "off" (or None) turns it off. The
+# registry's floors and how each was fitted: ragkit/models.py, eval/README.md "Reranker".
+Floor = float | Literal["model", "off"] | None
 
 
 class RetrieveSettings(BaseModel):
@@ -152,15 +152,20 @@ class RetrieveSettings(BaseModel):
     rerank_tables: int = Field(RERANK_TABLES_DEFAULT, ge=0, description="named documents: also score this many table "
                                "chunks from beyond the pool (the best-ranked first), each by its headings and row labels, "
                                "and give the best one not already packed a place in the prompt beside top_k; 0 = none")
-    rerank_table_floor: float | None = Field(
-        RERANK_TABLE_FLOOR_DEFAULT, description="the table lane's best table joins the prompt only when its cross-encoder "
-        "score is at least this logit (None = always; the score is this model's own: set it again for another reranker)")
+    rerank_table_floor: Floor = Field(
+        "model", description="the table lane's best table joins the prompt only when its cross-encoder score is at least "
+        "this logit ('model': the reranker's own floor; 'off' = always)")
     rerank_budget_s: float = Field(0.0, ge=0, description="stop scoring further batches of 16 after this many seconds "
                                    "(the best-ranked candidates are scored first); 0 = no time bound")
-    rerank_abstain_below: float | None = Field(
-        RERANK_ABSTAIN_BELOW_DEFAULT, description="also answer 'The documents do not say.' without generating when the "
-        "cross-encoder's best score over the pool is below this logit (ragkit.retrieve.abstain.reranker_reason; None = off; "
-        "the score is this model's own: set it again for another reranker)",
+    rerank_abstain_below: Floor = Field(
+        "model", description="also answer 'The documents do not say.' without generating when the cross-encoder's best "
+        "score over the pool is below this logit (ragkit.retrieve.abstain.reranker_reason; 'model': the reranker's own "
+        "not_found floor, none for ms-marco-minilm-l12; 'off' = no floor)",
+    )
+    quote_floor: Floor = Field(
+        "model", description="a question asking for the clause is answered by a quote (supported) only when the "
+        "cross-encoder's best score over the pool reaches this logit; under it the outcome is unverified and the closest "
+        "passages are shown ('model': the reranker's own quote floor; 'off' = every quote on point is supported)",
     )
     rerank_threads: int = Field(0, ge=0, description="intra-op threads of the onnx reranker; 0 = onnxruntime's default")
     rerank_base_url: str | None = Field(None, description="backend openai: the engine, e.g. http://127.0.0.1:8012/v1")

@@ -84,7 +84,11 @@ REGISTRY: dict[str, ModelSpec] = {
             ("model.onnx", "1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1"),
             ("tokenizer.json", "cb374d6bc042c22455946f4e09a89d29882a199fdaf8fb25be00dc8b8857a448"),
         ),
-        extra={"engine": "onnx-cross-encoder", "max_length": 512},
+        # the table lane's floor (retrieve.rerank_table_floor): the best lane table joins the prompt only from this logit
+        # up: -5 / -4 / -3 / -2 / -1.5 / -1 / 0 on the SEC tuning half kept its figure's page 0.941 down to -1.5 (0.912
+        # from -1), adding a table to 16 of 35 questions instead of 35; held-out half: 0.951 either way, a table added
+        # to 15 of 42 questions instead of 42 (eval/README.md "Reranker"). No not_found or quote floor fitted on it.
+        extra={"engine": "onnx-cross-encoder", "max_length": 512, "floors": {"table": -1.5}},
     ),
     # trained here by `ragkit tune reranker` from ms-marco-minilm-l12 on CUAD and ContractNLI
     # training documents (ragkit/models_data/legal-reranker/MODEL_CARD.md: data, command, seed,
@@ -100,7 +104,13 @@ REGISTRY: dict[str, ModelSpec] = {
             ("model.onnx", "3233d2c94aa57e0522e63b754adbaea674a10f3611d24e86c0ea81a99def3ab6"),
             ("tokenizer.json", "851ca67100d372ca3ae031a6abd168f53489eebfd7d89523f35c5c9b4d372c3c"),
         ),
-        extra={"engine": "onnx-cross-encoder", "max_length": 256},
+        # floors on its logits (RerankInfo.floor), fitted on the tuning halves by `eval/bench_ranking.py --sets
+        # contractnli,cuad --not-found --nf-method legal` (split seed 24), held-out halves in eval/README.md: not_found
+        # refuses at most 1% of the answerable tuning questions (held out: 0 of 224 refused, 50 of 54 off-topic
+        # stopped); quote: Youden J on CUAD's tuning half (held out: quoted 73 of 111 answerable, 15 of 94 unanswerable);
+        # table: ms-marco's, not fitted again
+        extra={"engine": "onnx-cross-encoder", "max_length": 256,
+               "floors": {"not_found": -2.52, "quote": 0.83, "table": -1.5}},
     ),
     "bge-small-en": ModelSpec(
         name="bge-small-en",

@@ -43,20 +43,28 @@ def test_the_legal_reranker_is_pinned_and_a_changed_file_is_refused(tmp_path, mo
     assert info.value.exit_code == 3
 
 
+@pytest.fixture(scope="module")
+def biopure(tmp_path_factory):
+    """The contract ingested once into a real store."""
+    from ragkit.ingest import ingest
+
+    settings = make_settings(tmp_path_factory.mktemp("biopure") / "store")
+    rep = ingest([SHARED / "cuad-10" / "pdf" / DOC], settings)
+    assert not rep.failed
+    return settings
+
+
 @pytest.mark.complete
-def test_on_a_held_out_contract_the_legal_reranker_ranks_gold_clauses_above_ms_marco(tmp_path):
+def test_on_a_held_out_contract_the_legal_reranker_ranks_gold_clauses_above_ms_marco(biopure):
     """Each question of the CUAD set on this contract retrieved by the product with one
     reranker, then the other; the rank of the first source holding the gold clause (the
     eval's own test) is compared question by question."""
     from ragkit.eval.metrics_text import quote_matches_evidence
     from ragkit.eval.sets import load_set
-    from ragkit.ingest import ingest
     from ragkit.retrieve import retrieve
     from ragkit.session import Session
 
-    settings = make_settings(tmp_path / "store")
-    rep = ingest([SHARED / "cuad-10" / "pdf" / DOC], settings)
-    assert not rep.failed
+    settings = biopure
     items = [i for i in load_set(ROOT / "eval/sets/cuad.jsonl") if i.doc == DOC and i.evidence]
     assert len(items) == 16
 
@@ -84,3 +92,49 @@ def test_on_a_held_out_contract_the_legal_reranker_ranks_gold_clauses_above_ms_m
     assert sum(r == 1 for r in own_new) > sum(r == 1 for r in own_old) and mrr(own_new) > mrr(own_old), (own_old, own_new)
     # the prompt's order (fused with the hybrid ranking): no worse
     assert mrr(fused_new) >= mrr(fused_old), (fused_old, fused_new)
+
+
+def _cuad_item(category: str):
+    from ragkit.eval.sets import load_set
+
+    (item,) = [i for i in load_set(ROOT / "eval/sets/cuad.jsonl") if i.doc == DOC and f"concerns {category} (" in i.question]
+    return item
+
+
+@pytest.mark.complete
+def test_the_legal_floors_refuse_quote_or_doubt_a_contract_question_by_its_score(biopure):
+    """The legal reranker's floors (registry `floors`, fitted on the CUAD and ContractNLI
+    tuning halves; this contract is in neither's tuning half) decide three CUAD questions
+    on this contract, asked through `ask` (a question asking for the clause is answered by
+    quoting, nothing generated):
+    - Non-Disparagement, which the contract lacks: the pool's best score is under the
+      not_found floor (-2.52): not_found, with the reranker's reason;
+    - Most Favored Nation, which it lacks too: over that floor, under the quote floor
+      (0.83): unverified, the closest passages shown, not a supported quote;
+    - Governing Law, which it holds: over both, a supported quote holding the gold clause.
+    With the floors off, the two questions it lacks come back as supported quotes."""
+    from ragkit.answer.ask import ask
+    from ragkit.eval.metrics_text import quote_matches_evidence
+    from ragkit.session import Session
+
+    session = Session(biopure)
+    lacks, doubt, holds = _cuad_item("Non-Disparagement"), _cuad_item("Most Favored Nation"), _cuad_item("Governing Law")
+    assert not lacks.answerable and not doubt.answerable and holds.answerable
+    r = ask(lacks.question, session, docs=[DOC])
+    assert r.outcome == "not_found" and "reranker's best score" in r.abstain_reason and "under -2.52" in r.abstain_reason, (
+        r.outcome, r.abstain_reason)
+    assert r.citations == [] and r.passages == []
+    r = ask(doubt.question, session, docs=[DOC])
+    assert r.outcome == "unverified" and r.answer_kind == "quoted", (r.outcome, r.unverified_reason)
+    assert "quote floor 0.83" in r.unverified_reason and r.passages
+    assert r.answer.startswith("Not verified against the sources.")
+    r = ask(holds.question, session, docs=[DOC])
+    assert r.outcome == "supported" and r.answer_kind == "quoted", (r.outcome, r.unverified_reason, r.abstain_reason)
+    assert any(quote_matches_evidence(p.quote, list(holds.evidence_all) or [holds.evidence]) for p in r.passages), (
+        [p.quote for p in r.passages], holds.evidence)
+    session.close()
+
+    rs = biopure.retrieve.model_copy(update={"rerank_abstain_below": "off", "quote_floor": "off", "abstain_margin": 0.0})
+    off = Session(biopure.model_copy(update={"retrieve": rs}))
+    assert [ask(i.question, off, docs=[DOC]).outcome for i in (lacks, doubt)] == ["supported", "supported"]
+    off.close()

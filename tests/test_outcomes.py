@@ -235,6 +235,35 @@ def test_a_supported_claim_that_does_not_answer_the_question_is_not_the_answer(n
     assert "Governing Law governs this NDA" in r.passages[0].quote and "10." in (r.passages[0].section or "")
 
 
+def test_an_answer_with_one_invented_claim_is_not_supported_and_names_it(nda_store):
+    """An answer is supported only when each of its claims is. Real retrieval over Bonterms
+    and the real claim check, the generated text given (a unit test of `finish`): the
+    retention sentence, copied, is supported; beside it an invented "$50,000 penalty" makes
+    the answer unverified, the invented claim named in what the reader is shown, the
+    passages on point quoted. Without it the same answer is supported."""
+    import time
+
+    from ragkit.answer.ask import AskResult, display_text, finish
+    from ragkit.generate import Generation
+    from ragkit.retrieve import retrieve
+
+    true = f"Yes. {RETAIN}."
+    invented = "A breach of this NDA carries a $50,000 penalty payable to the discloser."
+    ok = AskResult.from_retrieval(retrieve(BACKUP, nda_store, docs=[BONTERMS]))
+    finish(ok, Generation(text=true, completion_tokens=30), time.perf_counter(), nda_store)
+    assert ok.outcome == "supported" and ok.claims and all(c.supported for c in ok.claims), [
+        (c.text, c.supported) for c in ok.claims]
+    r = AskResult.from_retrieval(retrieve(BACKUP, nda_store, docs=[BONTERMS]))
+    finish(r, Generation(text=f"{true} {invented}", completion_tokens=45), time.perf_counter(), nda_store)
+    by_text = {c.text: c.supported for c in r.claims}
+    assert by_text[invented] is False and any(by_text.values()), by_text
+    assert r.outcome == "unverified" and r.unverified_reason == f"1 of {len(r.claims)} claims of the answer is not supported by a source sentence"
+    shown = display_text(r)
+    assert shown.startswith(f"{true} {invented}")  # the model's text, then what is wrong with it
+    assert f"Not supported by the sources: \u201c{invented}\u201d" in shown
+    assert any(RETAIN in p.quote for p in r.passages) and "Not verified against the sources." in shown
+
+
 def test_not_found_cites_nothing_and_keeps_abstained_for_compatibility(nda_store):
     from ragkit.answer.ask import ABSTAIN_TEXT, ask
 
@@ -270,7 +299,9 @@ def test_a_question_asking_for_the_clause_is_answered_by_quoting_it(nda_store):
     # nothing on point: not_found, quoting nothing
     off = ask("Which part of this contract concerns the purchase price of the shares? Quote it.", nda_store,
               docs=["ai-osi-stack-mutual-nda.md"])
-    assert off.outcome == "not_found" and off.citations == [] and off.answer_kind == "quoted", off.answer
+    # (refused before quoting: the reranker's best score is under its not_found floor)
+    assert off.outcome == "not_found" and off.citations == [] and off.passages == [], off.answer
+    assert "reranker's best score" in off.abstain_reason, off.abstain_reason
 
 
 # ---------------------------------------------------------------------- checklist contrary wording in its scope

@@ -18,7 +18,6 @@ from conftest import CORPORA, SHARED, make_settings
 from typer.testing import CliRunner
 
 import ragkit.rerankers as rerankers
-from ragkit.config import RERANK_TABLE_FLOOR_DEFAULT
 from ragkit.rerankers.openai import OpenAIReranker
 from ragkit.retrieve import rerank as R
 from ragkit.store import Hit
@@ -428,10 +427,11 @@ def test_the_reranker_floor_stops_off_topic_questions_and_is_off_because_it_refu
     at most 1% of their answerable questions under it) stops every off-topic question on two
     real NDAs with the reranker's reason. It also refuses an answerable one, the severability
     question whose clause shares no word with it (best -8.46 measured): why the floor is off
-    by default (eval/README.md "Reranker"). Off, that question passes."""
+    by default for ms-marco (eval/README.md "Reranker"): its registry entry ships no
+    not_found floor, so "model" (the default) means none. Off, that question passes."""
     from ragkit.retrieve import retrieve
 
-    assert nda_store.retrieve.rerank_abstain_below is None  # off by default
+    assert nda_store.retrieve.rerank_abstain_below == "model"  # the reranker's own floor: ms-marco has none
     # the floor is a logit of one model: -8.11 is ms-marco's (the default reranker until 2026-12-05)
     only = _with(nda_store, abstain_margin=0.0, rerank_abstain_below=-8.11, rerank_model="ms-marco-minilm-l12")
     for doc in ("cnli_dev_019.pdf", "bonterms-mutual-nda-v1.pdf"):
@@ -512,7 +512,7 @@ def test_the_statement_table_gets_a_place_in_the_prompt_through_the_table_lane(a
     assert r_off.rerank.tables == []
     # the floor: a table that reads as off the question spends no tokens
     best = r_on.rerank.scores[statement[0].chunk_id]
-    assert best >= RERANK_TABLE_FLOOR_DEFAULT
+    assert best >= r_on.rerank.floor("model", "table") == -1.5  # the reranker's own floor
     _, high = _ranked(aapl_store, q, doc, rerank_table_floor=best + 0.01)
     assert not any("14,316" in c.text for c in high) and len(high) == len(off)
     # the not_found floor's evidence is the pool's best, the same with and without the lane

@@ -14,9 +14,11 @@ Every answer ends in one of three outcomes, never conflated:
 - **supported**: the model's answer, with each claim tied to the source sentence that
   supports it (`ragkit.answer.claims`); a question that asks for the clause itself
   ("Which part of this contract concerns X? Quote it.") is answered by quoting the best
-  sentences of the sources, not by generation (`answer_kind` "quoted").
-- **unverified**: no claim of the model's answer is supported (or the model said the
-  documents do not say) while the sources hold passages on point: the answer is "Not
+  sentences of the sources, not by generation (`answer_kind` "quoted"), when the reranker
+  finds the sources on point (its best score at its quote floor, `retrieve.quote_floor`).
+- **unverified**: a claim of the model's answer is not supported (or the model said the
+  documents do not say; or a question asking for the clause scores under the quote floor)
+  while the sources hold passages on point: the answer is "Not
   verified against the sources." and those passages, quoted with document, page and
   section (`passages`); the model's text is kept in `model_answer`, marked as unverified.
 - **not_found**: the evidence says the documents lack it (the store-calibrated retrieval
@@ -203,7 +205,16 @@ def answer_by_quoting(result: AskResult, r: Retrieval, t0: float, session: Sessi
 
     if not session.settings.retrieve.extractive or not is_extractive(result.question):
         return False
-    _answered_without_generating(result, Evidence(quoted=True, found=passages_on_point(result, session)), t0, on_text)
+    why = None
+    if r.rerank is not None:
+        # a quote is the answer only when the reranker finds the sources on point: under its
+        # quote floor the closest passages are shown as not verified (eval/README.md "Reranker")
+        floor = r.rerank.floor(session.settings.retrieve.quote_floor, "quote")
+        if floor is not None and r.rerank.best is not None and r.rerank.best < floor:
+            why = (f"no passage is clearly on point (the reranker's best score {r.rerank.best:.2f} is under its quote "
+                   f"floor {floor:g})")
+    _answered_without_generating(result, Evidence(quoted=True, why=why, found=passages_on_point(result, session)), t0,
+                                 on_text)
     return True
 
 
@@ -259,8 +270,8 @@ def attach_claims(result: AskResult, session: Session) -> None:
 
 
 def unverified_reason(result: AskResult, session: Session, model_abstained: bool) -> str | None:
-    """Why a generated answer is not verified, or None when it is: a claim of it is
-    supported by a source sentence and answers the question. A small model asked about
+    """Why a generated answer is not verified, or None when it is: each claim of it is
+    supported by a source sentence, and they answer the question. A small model asked about
     something the documents lack writes a plausible clause, and asked about something
     they hold it may still write the wrong one, or say they are silent: the reader is told
     which, from the evidence. With `retrieve.abstain_unsupported = false` an answer the
@@ -271,7 +282,13 @@ def unverified_reason(result: AskResult, session: Session, model_abstained: bool
     if model_abstained:
         return "the model said the documents do not say"
     if held and responsive(result.question, held, result.prompt.contexts):
-        return None
+        loose = len(result.claims) - len(held)
+        if not loose:
+            return None
+        # an answer is supported only when each of its claims is: one invented claim beside
+        # supported ones ("A breach carries a $50,000 penalty.") makes it unverified, named
+        return (f"{loose} of {len(result.claims)} claims of the answer {'is' if loose == 1 else 'are'} not supported "
+                "by a source sentence")
     if held:
         return "the supported claims do not answer the question (their sentences name none of its key words)"
     if result.claims:
@@ -295,8 +312,9 @@ def decide_outcome(result: AskResult, evidence: Evidence) -> None:
     steps before found:
 
     - retrieval refused -> not_found;
-    - a question asking for the clause -> supported, the passages quoted; none on point -> not_found;
-    - the model's answer verified -> supported;
+    - a question asking for the clause -> supported, the passages quoted; the reranker's best
+      score under its quote floor -> unverified, the closest passages shown; none on point -> not_found;
+    - the model's answer verified (each of its claims supported) -> supported;
     - not verified, passages on point -> unverified: the passages are the answer, the
       model's text kept and marked; none -> not_found."""
     from ragkit.answer.passages import quoted_answer
@@ -307,7 +325,9 @@ def decide_outcome(result: AskResult, evidence: Evidence) -> None:
     found = evidence.found
     if evidence.quoted:
         result.answer_kind = "quoted"
-        if found is not None and found.passages:
+        if found is not None and found.passages and evidence.why is not None:
+            _unverified(result, evidence.why, found.passages)
+        elif found is not None and found.passages:
             result.outcome = "supported"
             result.passages = found.passages
             result.answer = quoted_answer(found.passages)
@@ -325,14 +345,20 @@ def decide_outcome(result: AskResult, evidence: Evidence) -> None:
     if not evidence.model_abstained:
         result.unsupported_answer = result.answer
     if found.passages:
-        result.outcome = "unverified"
-        result.unverified_reason = evidence.why
-        result.passages = found.passages
-        result.answer = quoted_answer(found.passages, head=UNVERIFIED_HEAD)
-        result.citations = _passage_citations(found.passages)
-        result.abstained, result.abstain_reason = False, None
+        _unverified(result, evidence.why, found.passages)
     else:
         _not_found(result, f"{evidence.why}, and {found.not_found or 'no passage is on point'}")
+
+
+def _unverified(result: AskResult, why: str, passages: list[Passage]) -> None:
+    from ragkit.answer.passages import quoted_answer
+
+    result.outcome = "unverified"
+    result.unverified_reason = why
+    result.passages = passages
+    result.answer = quoted_answer(passages, head=UNVERIFIED_HEAD)
+    result.citations = _passage_citations(passages)
+    result.abstained, result.abstain_reason = False, None
 
 
 def _passage_citations(passages: list[Passage]) -> list[Citation]:
@@ -366,10 +392,19 @@ def display_text(result: AskResult, show_model: bool = True) -> str:
     if model and is_abstention(model):
         model = None  # the model's refusal is not shown: the outcome says what the sources hold
     if result.outcome == "unverified":
-        return (f"{model}\n\n" if model else "") + result.answer
+        return (f"{model}\n\n" if model else "") + unsupported_note(result) + result.answer
     if result.outcome == "not_found" and model:
         return f"{model}\n\n{NOT_SUPPORTED_NOTE}{ABSTAIN_TEXT}"
     return result.answer
+
+
+def unsupported_note(result: AskResult) -> str:
+    """When some claims of an unverified answer are supported and others not, the ones no
+    source sentence supports, named: "Not supported by the sources: “...”.", else ""."""
+    loose = [c.text for c in result.claims if not c.supported]
+    if not loose or len(loose) == len(result.claims):
+        return ""
+    return NOT_SUPPORTED_NOTE + " ".join(f"\u201c{t.strip()}\u201d" for t in loose) + "\n\n"
 
 
 class StreamGate:

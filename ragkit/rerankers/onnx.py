@@ -26,8 +26,9 @@ class OnnxCrossEncoder:
     truncated at `max_length`, batches of similar length. The session is made on first use."""
 
     def __init__(self, folder: Path, *, name: str = DEFAULT_MODEL, threads: int = 0, batch_size: int = 16,
-                 max_length: int = 512):
+                 max_length: int = 512, floors: dict[str, float] | None = None):
         self.folder = Path(folder)
+        self.floors = dict(floors or {})  # floors fitted on this model's scores (RerankInfo.floor)
         self.name = f"onnx:{name}"
         self.threads = threads
         self.batch_size = batch_size
@@ -106,6 +107,8 @@ class OnnxCrossEncoder:
         # a folder `ragkit tune reranker` wrote says the length it was trained at (reranker.json)
         own = folder / "reranker.json"
         extra = spec.extra if spec else (json.loads(own.read_text(encoding="utf-8")) if own.is_file() else {})
+        # and the floors fitted on its scores (not_found, quote, table: RerankInfo.floor)
         return cls(folder, name=rs.rerank_model if spec else folder.name, threads=rs.rerank_threads,
-                   max_length=int(extra.get("max_length", 512)))
+                   max_length=int(extra.get("max_length", 512)),
+                   floors={k: float(v) for k, v in (extra.get("floors") or {}).items()})
 

@@ -143,7 +143,7 @@ def _pack(builder: PromptBuilder, question: str, cands: list[Hit], whole: list[H
         prompt = _limit(builder, asked, prompt, max(rs.top_k, len(selected)) if several else rs.top_k, each_doc=several,
                         **extra)
     if prompt.mode == "retrieved" and rerank is not None and rerank.tables:
-        prompt = _with_table(builder, asked, prompt, cands, rerank, rs.rerank_table_floor, doc_order, extra)
+        prompt = _with_table(builder, asked, prompt, cands, rerank, rerank.floor(rs.rerank_table_floor, "table"), doc_order, extra)
     if several:
         _check_every_doc(prompt, selected)
     return prompt
@@ -184,7 +184,7 @@ def _abstain_why(prompt: Prompt, settings: Settings, calibration, rerank: "Reran
     if why is None and rerank is not None:
         from ragkit.retrieve.abstain import reranker_reason
 
-        why = reranker_reason(rerank.best, settings.retrieve.rerank_abstain_below)
+        why = reranker_reason(rerank.best, rerank.floor(settings.retrieve.rerank_abstain_below, "not_found"))
     return why
 
 

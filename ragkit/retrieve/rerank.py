@@ -50,6 +50,17 @@ class RerankInfo:
     scores: dict[str, float] = field(default_factory=dict)  # chunk id -> score
     pairs: int = 0  # (question, passage) pairs scored
     tables: list[str] = field(default_factory=list)  # the table lane's chunk ids, best cross-encoder score first
+    floors: dict[str, float] = field(default_factory=dict)  # the reranker's own floors on its scores ("not_found", "quote", "table")
+
+    def floor(self, setting, key: str) -> float | None:
+        """A floor on this reranker's scores: `setting` as the retrieve settings give it (a
+        number, "off"/None, or "model": the reranker's own `floors[key]`, None when it ships
+        none). A logit floor means nothing for another model, so it travels with the model."""
+        if setting is None or setting == "off":
+            return None
+        if setting == "model":
+            return self.floors.get(key)
+        return float(setting)
 
     def to_json(self) -> dict:
         return {"backend": self.backend, "pool": self.pool, "scored": self.scored, "pairs": self.pairs,
@@ -133,7 +144,8 @@ def rerank_hits(query: str, ranked: list[Hit], reranker: Reranker, *, pool: int,
     pooled = [scores[h.id] for h in head if h.id in scores]
     info = RerankInfo(backend=getattr(reranker, "name", type(reranker).__name__), pool=len(head) + len(lane), scored=len(scores),
                       best=max(pooled) if pooled else None, cpu_s=time.process_time() - c0,
-                      wall_s=time.perf_counter() - w0, scores=scores, pairs=pairs, tables=tables)
+                      wall_s=time.perf_counter() - w0, scores=scores, pairs=pairs, tables=tables,
+                      floors=dict(getattr(reranker, "floors", None) or {}))
     if not scores:
         return ranked, info
     by_id = {h.id: h for h in ranked}
