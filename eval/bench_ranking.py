@@ -481,6 +481,14 @@ def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: 
     if name == "sec":  # per question type (all items: too few per type for halves)
         res["by_type"] = {t: summarize([r for r in rows if r["type"] == t], within)
                           for t in sorted({r["type"] for r in rows})}
+        # per filing length (the part measured): a 10-Q runs 20-80 pages, a 10-K 100-300
+
+        pages = {d.name: d.n_pages or 0 for d in session_for(settings).store.documents()}
+        bands = ((0, 40), (40, 60), (60, 10_000))
+        res["by_pages"] = {f"{lo}-{hi - 1 if hi < 10_000 else ''} pages": {
+            **summarize([r for r in rows if lo <= pages.get(r["doc"], 0) < hi], within),
+            "filings": len({r["doc"] for r in rows if lo <= pages.get(r["doc"], 0) < hi})}
+            for lo, hi in bands if any(lo <= pages.get(r["doc"], 0) < hi for r in rows)}
     return res
 
 
@@ -940,6 +948,9 @@ def main() -> None:
             for t, x in r.get("by_type", {}).items():
                 print(f"{m.ljust(12)}{t}: " + ", ".join(f"{SHORT[c]} {fmt(x.get(c))}" for c in
                                                          ("n", "gold_figure_in_prompt", "gold_figure_at_5", "prompt_tokens_mean")))
+            for t, x in r.get("by_pages", {}).items():
+                print(f"{m.ljust(12)}{t} ({x['filings']} filings): " + ", ".join(
+                    f"{SHORT[c]} {fmt(x.get(c))}" for c in ("n", "gold_figure_in_prompt", "gold_figure_at_5", "prompt_tokens_mean")))
 
 
 if __name__ == "__main__":

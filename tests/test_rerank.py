@@ -512,7 +512,7 @@ def test_the_statement_table_gets_a_place_in_the_prompt_through_the_table_lane(a
     assert r_off.rerank.tables == []
     # the floor: a table that reads as off the question spends no tokens
     best = r_on.rerank.scores[statement[0].chunk_id]
-    assert best >= r_on.rerank.floor("model", "table") == -1.5  # the reranker's own floor
+    assert best >= r_on.rerank.floor("model", "table") == -1.0  # the reranker's own floor
     _, high = _ranked(aapl_store, q, doc, rerank_table_floor=best + 0.01)
     assert not any("14,316" in c.text for c in high) and len(high) == len(off)
     # the not_found floor's evidence is the pool's best, the same with and without the lane
