@@ -740,7 +740,7 @@ PACKING = {**{f"top_k={k}": _pack_top_k(k) for k in (2, 3, 4, 5, 6, 8)},
            **{f"ce_gap={g}:{a}/{b}": _pack_gap(g, a, b) for g in (2, 3) for a, b in ((1, 6), (2, 6), (2, 8))}}
 
 
-def packing(names: list[str], cache: Path, seed: int, keep_share: float) -> dict:
+def packing(names: list[str], cache: Path, seed: int, keep_share: float, method: str = "default") -> dict:
     """Fewer tokens: each packing rule applied to the default method's records (no retrieval
     run; `--methods default` writes them), scored as eval scores them. Per set and half: the
     strict gold evidence still in the prompt and the mean prompt tokens. Chosen on the tuning
@@ -749,9 +749,9 @@ def packing(names: list[str], cache: Path, seed: int, keep_share: float) -> dict
     from ragkit.eval.metrics import gold_figure_in
     from ragkit.eval.run import score_item
 
-    out: dict = {"seed": seed, "keep_share": keep_share, "sets": {}}
+    out: dict = {"seed": seed, "keep_share": keep_share, "method": method, "sets": {}}
     for name in names:
-        path = cache / name / "records-default.jsonl"
+        path = cache / name / f"records-{method}.jsonl"
         recs = {r["id"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines()) if r}
         items = [i for i in items_for(name) if i.id in recs]
         tune, held = seeded_halves(items_for(name), seed)
@@ -786,7 +786,7 @@ def packing(names: list[str], cache: Path, seed: int, keep_share: float) -> dict
 
 
 def print_packing(res: dict) -> None:
-    print(f"\nfewer tokens: packing rules over the default records (split seed {res['seed']}); chosen on the tuning half "
+    print(f"\nfewer tokens: packing rules over the {res['method']} records (split seed {res['seed']}); chosen on the tuning half "
           f"= fewest tokens keeping >= {res['keep_share']:.0%} of the full prompt's evidence")
     for name, r in res["sets"].items():
         print(f"\n{name} (SEC: a gold figure in the prompt; else the strict gold evidence)  chosen: {r['chosen']}")
@@ -863,6 +863,7 @@ def main() -> None:
     ap.add_argument("--uncached", action="store_true",
                     help="score every pair with the reranker (no CACHE/NAME/rerank-scores.jsonl) and report its wall and "
                          "CPU seconds a question as they ran (run it on an otherwise idle machine)")
+    ap.add_argument("--packing-method", default="default", help="--packing: whose records (a method run before: legal, ms_marco)")
     ap.add_argument("--packing", action="store_true",
                     help="fewer tokens: packing rules (top k, a token budget, cross-encoder confidence cuts) applied to "
                          "the default method's records, chosen on the tuning half and reported on the held-out half")
@@ -890,7 +891,7 @@ def main() -> None:
         if m not in METHODS and m != "before":
             raise SystemExit(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
     if args.packing:
-        res = packing(names, args.cache, args.seed, args.keep_share)
+        res = packing(names, args.cache, args.seed, args.keep_share, args.packing_method)
         (args.cache / "packing.json").write_text(json.dumps(res, indent=1))
         print(json.dumps(res, indent=2)) if args.json else print_packing(res)
         return
