@@ -70,7 +70,8 @@ def measure(cache: Path, limit: int | None) -> list[dict]:
             spans = list(it.evidence_all) or ([it.evidence] if it.evidence else [])
             rows.append({"half": half, "id": it.id, "label": it.label, "claim": claim, "supported": bool(c and c.supported),
                          "support": c.support if c else None, "cited": cited, "cited_ce": cited_ce if c else None,
-                         "best_ce": best, "cited_gold": bool(cited and spans and quote_matches_evidence(cited, spans))})
+                         "best_ce": best, "cited_gold": bool(cited and spans and quote_matches_evidence(cited, spans)),
+                         "missing_names": list(c.missing_names) if c is not None else []})
             if len(rows) % 100 == 0:
                 print(f"{len(rows)}/{n_all}", file=sys.stderr, flush=True)
     return rows
@@ -88,7 +89,8 @@ def report(rows: list[dict]) -> dict:
                 continue
             sup = [r for r in rs if r["supported"]]
             both = [r for r in sup if floor is not None and r["cited_ce"] is not None and r["cited_ce"] >= floor]
-            h[label] = {"n": len(rs), "ndas": len({r["id"].rsplit("-nda-", 1)[0] for r in rs}), "supported": len(sup), "supported_with_ce_floor": len(both),
+            h[label] = {"n": len(rs), "ndas": len({r["id"].rsplit("-nda-", 1)[0] for r in rs}),
+                        "supported_without_missing_names": sum(not r.get("missing_names") for r in sup), "supported": len(sup), "supported_with_ce_floor": len(both),
                         "cited_gold": sum(r["cited_gold"] for r in sup)}
         out[half] = h
         out[f"{half}_ndas"] = len({r["id"].rsplit("-nda-", 1)[0] for r in rows if r["half"] == half})
@@ -122,7 +124,8 @@ def main() -> None:
             print(f"    {label:13s} ({what}): supported {v['supported']}/{v['n']} = {v['supported'] / v['n']:.3f}; "
                   f"with the cross-encoder floor {v['supported_with_ce_floor']}/{v['n']} = "
                   f"{v['supported_with_ce_floor'] / v['n']:.3f}" + (
-                      f"; cited sentence holds gold {v['cited_gold']}/{v['supported']}" if label == "Entailment" else ""))
+                      f"; cited sentence holds gold {v['cited_gold']}/{v['supported']}" if label == "Entailment" else "")
+                  + f"; with a name its source lacks as a veto {v['supported_without_missing_names']}/{v['n']}")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 from typing import Callable
 
 from ragkit.tune.labelled import LABELS, LabelledSet
-from ragkit.tune.training import BASES, base_model, export_onnx, train
+from ragkit.tune.training import BASES, base_model, export_onnx, split_documents, train
 
 LABEL_ORDER = ["Entailment", "Contradiction", "NotMentioned"]
 THRESHOLDS = [round(0.05 * i, 2) for i in range(2, 19)]
@@ -100,14 +100,6 @@ def build_examples(lset: LabelledSet, hypotheses: dict[str, str], session, k: in
         if on_progress:
             on_progress(n, len(items))
     return out
-
-
-def split_by_document(examples: list[Example], share: float, seed: int) -> tuple[set[str], set[str]]:
-    """(training documents, choosing documents): the documents sorted, shuffled with the seed."""
-    docs = sorted({e.doc for e in examples})
-    random.Random(seed).shuffle(docs)
-    n = max(1, round(len(docs) * share)) if share > 0 else 0
-    return set(docs[n:]), set(docs[:n])
 
 
 def training_pairs(examples: list[Example], hard: int, easy: int, seed: int, balance: bool = True) -> list[tuple[str, str, int]]:
@@ -252,7 +244,8 @@ def tune_checklist(sources: list[Path], out: Path, session, opts: TuneOptions, *
             examples += build_examples(s, hypotheses, session, opts.candidates,
                                        on_progress=lambda n, t: log(f"  {n}/{t}") if n % 200 == 0 or n == t else None)
         save_examples(cache, examples)
-    train_docs, choose_docs = split_by_document(examples, opts.choose_share, opts.seed)
+    # (training documents, choosing documents)
+    train_docs, choose_docs = split_documents((e.doc for e in examples), opts.choose_share, opts.seed)
     train_ex = [e for e in examples if e.doc in train_docs]
     choose_ex = [e for e in examples if e.doc in choose_docs]
     ranked_gold = [e for e in examples if e.label != "NotMentioned" and e.spans]

@@ -39,7 +39,7 @@ from typing import Callable
 
 from ragkit.errors import UsageError
 from ragkit.tune.labelled import safe_name
-from ragkit.tune.training import BASES, base_model, export_onnx, train
+from ragkit.tune.training import BASES, base_model, export_onnx, split_documents, train
 
 CUAD_QUESTIONS = Path(__file__).with_name("cuad_questions.json")
 LICENCES = {"cuad": "CUAD v1 (The Atticus Project; Hendrycks et al., NeurIPS 2021), CC BY 4.0",
@@ -160,14 +160,6 @@ def sample(queries: list[Query], *, max_docs: int, per_doc: int, unanswerable: f
         out += rng.sample(yes, min(per_doc, len(yes)))
         out += rng.sample(no, min(round(per_doc * unanswerable), len(no)))
     return out
-
-
-def split_by_document(queries: list[Query], share: float, seed: int) -> tuple[set[str], set[str]]:
-    """(training documents, held-out documents): sorted, shuffled with the seed."""
-    docs = sorted({q.doc for q in queries})
-    random.Random(seed + 1).shuffle(docs)
-    n = max(1, round(len(docs) * share)) if share > 0 and len(docs) > 1 else 0
-    return set(docs[n:]), set(docs[:n])
 
 
 class PoolRecorder:
@@ -352,7 +344,8 @@ def tune_reranker(sources: list[Path], out: Path, session, opts: RerankTuneOptio
 
         mined = mine(queries, session, opts.pool, on_progress=progress)
         save_mined(cache, mined)
-    train_docs, held_docs = split_by_document(queries, opts.held_share, opts.seed)
+    # (training documents, held-out documents); seed + 1: the split the shipped model was trained on
+    train_docs, held_docs = split_documents((q.doc for q in queries), opts.held_share, opts.seed + 1)
     train_m = [m for m in mined if m.doc in train_docs]
     held_m = [m for m in mined if m.doc in held_docs]
     answerable = [m for m in mined if m.spans]

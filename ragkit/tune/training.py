@@ -25,6 +25,18 @@ BASES = {"minilm": "minilm: sentence-transformers/all-MiniLM-L6-v2 (gt-all-minil
                                 "dequantized (ragkit/tune/dequantize.py), Apache-2.0"}
 
 
+def split_documents(docs, share: float, seed: int) -> tuple[set[str], set[str]]:
+    """(the rest, the part): the documents sorted, shuffled with `seed`, the first
+    round(share x n) (at least one when share > 0 and there are two or more) set apart:
+    what trains never reports, and a document's items stay on one side."""
+    import random
+
+    docs = sorted(set(docs))
+    random.Random(seed).shuffle(docs)
+    n = max(1, round(len(docs) * share)) if share > 0 and len(docs) > 1 else 0
+    return set(docs[n:]), set(docs[:n])
+
+
 def base_model(name: str | None, work: Path, cache_dir: Path, num_labels: int = 3) -> Path:
     """The folder training starts from: MiniLM-L6 (the registry's `minilm` embedder's BERT
     body) when `name` is None or "minilm"; a registry cross-encoder (`ms-marco-minilm-l12`),
