@@ -301,8 +301,9 @@ def passages_on_point(result: AskResult, session: Session) -> Found:
     from ragkit.answer.passages import best_passages
 
     t1 = time.perf_counter()
-    found = best_passages(result.question, result.prompt.contexts, session.embedder,
-                          relevance_min=session.settings.retrieve.relevance_min)
+    rs = session.settings.retrieve
+    found = best_passages(result.question, result.prompt.contexts, session.embedder, relevance_min=rs.relevance_min,
+                          reranker=session.reranker if rs.passages_by == "reranker" else None)
     result.timings["passages_s"] = time.perf_counter() - t1
     return found
 

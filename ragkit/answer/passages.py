@@ -174,11 +174,14 @@ def key_terms(question: str, contexts) -> set[str]:
     return {w for w in words if w not in frame and w not in names} or {w for w in words if w not in frame}
 
 
-def best_passages(question: str, contexts, embedder, *, k: int = PASSAGES, relevance_min: float = RELEVANCE_MIN) -> Found:
+def best_passages(question: str, contexts, embedder, *, k: int = PASSAGES, relevance_min: float = RELEVANCE_MIN,
+                  reranker=None, near_logit: float = 2.0) -> Found:
     """The units of `contexts` that answer `question` best (at most `k`, best first), and
     whether the sources hold anything on point: `not_found` says why not when no unit
     names a key term of the question, or the best one's relevance is under
-    `relevance_min`."""
+    `relevance_min`. With `reranker` (a cross-encoder), the candidates are ordered by its
+    score of (question as searched, unit), a later one shown while within `near_logit` of
+    the best; relevance is read as without it."""
     import numpy as np
 
     from ragkit.answer.claims import ANCHORS, _calibrated, _embed_docs, _unit
@@ -212,6 +215,12 @@ def best_passages(question: str, contexts, embedder, *, k: int = PASSAGES, relev
     top_lex = max(lex[i] for i in cand) or 1.0
     score = {i: float(c) + LEXICAL_WEIGHT * lex[i] / top_lex for i, c in zip(cand, cos)}
     rel = {i: 0.5 * float(m) + 0.5 * sum(idf[w] for w in bags[i] & want) / total for i, m in zip(cand, meaning)}
+    near = NEAR
+    if reranker is not None:
+        # the cross-encoder reads the question with each unit: its order, and its own scale
+        ce = reranker.score(search_query(question), [units[i][1] for i in cand])
+        score = {i: float(x) for i, x in zip(cand, ce)}
+        near = near_logit
     order = sorted(cand, key=lambda i: -score[i])
     best = order[0]
     cover = {i: sum(idf[w] for w in bags[i] & want) / total for i in cand}
@@ -222,7 +231,7 @@ def best_passages(question: str, contexts, embedder, *, k: int = PASSAGES, relev
         return found
     picked: list[int] = []
     for i in order:
-        if len(picked) >= k or score[i] < score[best] - NEAR:
+        if len(picked) >= k or score[i] < score[best] - near:
             break
         if units[i][1] in {units[j][1] for j in picked}:
             continue
