@@ -11,7 +11,8 @@ A passage is a sentence or list item of a source with its lead-in ("... do not a
 information that it can demonstrate: … (d) it independently developed ..."), chosen as
 the checklist chooses its quote: among the units that name the question's key terms,
 the one closest in meaning to the question (the store's embedder) plus a share for the
-(IDF-weighted, stemmed) words it shares with it.
+(IDF-weighted, stemmed) words it shares with it; or, for `ask` by default
+(`retrieve.passages_by = "reranker"`), the one the cross-encoder scores highest.
 """
 
 from __future__ import annotations
