@@ -234,7 +234,9 @@ def collect_both(args) -> list[dict]:
     from ragkit.session import Session
 
     # the model alone (compare.words_first off): "both" is replayed from the two runs, as words_first decides
-    settings = load_settings(store=Path(args.store), compare={"label_model": args.label_model, "words_first": False})
+    # (--words-first: the model with the checklist's contrary and no-term wording first, as compare.words_first,
+    # without the generator's run; the records' "model" is then that rule)
+    settings = load_settings(store=Path(args.store), compare={"label_model": args.label_model, "words_first": args.words_first})
     words = Session(load_settings(store=Path(args.store), compare={"label_model": "off"}))
     model = Session(settings)
     checklist = {i.id: i for i in load_checklist("nda")[1] if i.hypothesis}
@@ -358,6 +360,8 @@ def main() -> None:
                          "report words / model / both on --split's parts; --cache holds these records")
     ap.add_argument("--model-only", action="store_true", help="with --label-model: the label model alone (no word-rule run)")
     ap.add_argument("--words-only", action="store_true", help="with --label-model: the word rules alone (records to merge)")
+    ap.add_argument("--words-first", action="store_true",
+                    help="with --label-model --model-only: the model with compare.words_first on (a cache of its own)")
     ap.add_argument("--write-corpus", metavar="DIR", default=None,
                     help="write the dev NDAs of --split's tuning part as text files into DIR (the documents "
                          "`ragkit tune checklist ... eval/sets/contractnli-dev-tune34.jsonl --corpus DIR` ingests) and stop")

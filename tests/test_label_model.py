@@ -158,28 +158,33 @@ def test_the_pin_refuses_a_changed_label_model(tmp_path, monkeypatch, nda_store)
     assert "model.onnx" in res.output and "sha256" in res.output and str(dst) in res.output
 
 
-def _small_contractnli(path: Path, n: int) -> Path:
-    """The first `n` NDAs of the ContractNLI train-50 file, in its own format."""
+def _small_contractnli(path: Path, n: int, start: int = 0) -> Path:
+    """NDAs `start` to `start + n` of the ContractNLI train-50 file, in its own format."""
     data = json.loads(TRAIN.read_text(encoding="utf-8"))
-    data["documents"] = data["documents"][:n]
+    data["documents"] = data["documents"][start : start + n]
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
 
 
 def test_tune_checklist_writes_a_model_that_loads_and_labels(tmp_path, nda_store):
-    """`ragkit tune checklist` on 3 real NDAs (ContractNLI train): a model folder with its
-    card, its pins and a threshold chosen on the one document that trained nothing; the
-    model loads through compare.label_model and labels a real NDA, each label with its
-    probabilities and quote."""
+    """`ragkit tune checklist` on 3 real NDAs (ContractNLI train) in two files: a model
+    folder with its card, its pins and a threshold chosen on the one document that trained
+    nothing, drawn from the file `--choose-from` names; the model loads through
+    compare.label_model and labels a real NDA, each label with its probabilities and quote."""
     from ragkit.cli import app
 
-    src = _small_contractnli(tmp_path / "small.json", 3)
+    one = _small_contractnli(tmp_path / "one.json", 1)
+    two = _small_contractnli(tmp_path / "two.json", 2, start=1)
     out = tmp_path / "model"
-    res = CliRunner().invoke(app, ["tune", "checklist", str(src), "--out", str(out), "--epochs", "1",
-                                                   "--choose-share", "0.34", "--candidates", "4", "--json"])
+    # --choose-from must name one of the sets: exit 2 before anything is ingested
+    res = CliRunner().invoke(app, ["tune", "checklist", str(one), str(two), "--out", str(out), "--choose-from", "other.json"])
+    assert res.exit_code == 2 and "other.json" in res.output and "two.json" in res.output, res.output
+    res = CliRunner().invoke(app, ["tune", "checklist", str(one), str(two), "--out", str(out), "--epochs", "1",
+                                   "--choose-share", "0.5", "--choose-from", str(two), "--candidates", "4", "--json"])
     assert res.exit_code == 0, res.output
     card = json.loads(res.stdout)  # --json: stdout holds the card alone (the training log goes to stderr)
     assert card["documents"] == 3 and card["train_documents"] == 2 and len(card["choose_documents"]) == 1
+    assert card["choose_documents"][0].startswith("two-"), card["choose_documents"]  # drawn from --choose-from's NDAs
     assert card["items"] == 3 * 17 and card["pairs"] > 3 * 17
     for f in ("model.onnx", "tokenizer.json", "label_model.json", "MODEL_CARD.md"):
         assert (out / f).is_file(), f

