@@ -258,7 +258,7 @@ def collect_both(args) -> list[dict]:
                 t0 = time.perf_counter()
                 finding, r = check_item(it.doc, check, session)
                 rec[name] = {"label": finding.label, "quote": finding.quote, "closest": finding.closest, "note": finding.note,
-                             "confidence": finding.confidence, "scores": finding.scores,
+                             "confidence": finding.confidence, "scores": finding.scores, "decided_by": finding.decided_by,
                              "seconds": round(time.perf_counter() - t0, 3),
                              "label_s": round(r.timings.get("label_s", 0.0), 3),
                              "retrieve_s": round(r.timings.get("retrieve_s", 0.0), 3)}
@@ -273,38 +273,84 @@ def collect_both(args) -> list[dict]:
 WORDS_DECIDED = ("No: the document says", "Not mentioned: no sentence")  # compare.words_first: contrary, no term named
 
 
-def rule_label(rec: dict, rule: str) -> str:
+def residual(rec: dict) -> bool:
+    """The word rules' default Yes: a quote on point, no affirming or contrary wording, and no
+    generator deciding (decided_by "evidence", label Yes)."""
+    w = rec.get("words") or {}
+    return w.get("label") == "Yes" and w.get("decided_by") == "evidence"
+
+
+def model_yes_no(rec: dict, share: float) -> str:
+    """The label model's Yes or No on the sentence it rests on: No when Contradiction's share
+    of Entailment + Contradiction reaches `share`."""
+    import math
+
+    sc = rec["model"]["scores"]
+    e, c = math.exp(sc["Yes"]), math.exp(sc["No"])
+    return "Contradiction" if c / (e + c) >= share else "Entailment"
+
+
+def rule_label(rec: dict, rule: str, share: float = 0.9) -> str:
     """"words": the word rules and generator (compare.label_model "off"); "model": the label
     model alone; "both": the product default (compare.words_first), the checklist's contrary
-    wording and "no sentence names the item" where they decide, the model elsewhere."""
+    wording and "no sentence names the item" where they decide, the model elsewhere;
+    "residual": every word rule, the model only where they leave the default Yes (its three
+    labels); "residual-yn": there, the model's Yes or No only (`share`)."""
     w = rec.get("words") or {}
     if rule == "words":
         return NLI.get(w.get("label"), "Unclear")
     if rule == "both" and (w.get("note") or "").startswith(WORDS_DECIDED):
         return NLI.get(w["label"], "Unclear")
+    if rule in ("residual", "residual-yn"):
+        if not residual(rec):
+            return NLI.get(w.get("label"), "Unclear")
+        return NLI.get(rec["model"]["label"], "Unclear") if rule == "residual" else model_yes_no(rec, share)
     return NLI.get(rec["model"]["label"], "Unclear")
 
 
-def rule_quote(rec: dict, rule: str) -> str | None:
+def rule_quote(rec: dict, rule: str, share: float = 0.9) -> str | None:
     w = rec.get("words") or {}
     if rule == "words" or (rule == "both" and (w.get("note") or "").startswith(WORDS_DECIDED)):
         return w.get("quote")
+    if rule in ("residual", "residual-yn"):
+        lab = rule_label(rec, rule, share)
+        if not residual(rec) or lab == "Entailment" and rule == "residual-yn":
+            return w.get("quote")
+        return rec["model"]["quote"]
     return rec["model"]["quote"]
 
 
-def report_both(recs: list[dict], parts: list[tuple[str, list[dict]]]) -> None:
+def report_both(recs: list[dict], parts: list[tuple[str, list[dict]]], shares: tuple[float, ...] = (0.9,)) -> None:
     from ragkit.eval.metrics_text import quote_matches_evidence
 
-    rules = ("words", "model", "both") if all("words" in r for r in recs) else ("model",)
+    both = all("words" in r and "model" in r for r in recs)
+    rules = [("words", None), ("model", None), ("both", None)] if both else \
+        [("model", None)] if all("model" in r for r in recs) else [("words", None)]
+    if both and all("decided_by" in r["words"] for r in recs):
+        rules += [("residual", None)] + [("residual-yn", sh) for sh in shares]
     print("\n== word rules, label model, both (the product path, check_item) ==")
     for name, part in parts:
         if not part:
             continue
-        for rule in rules:
-            s = nli_scores([r["gold"] for r in part], [rule_label(r, rule) for r in part])
+        if both and any("decided_by" in r["words"] for r in part):
+            res = [r for r in part if residual(r)]
+            print(f"{name}: the word rules' default Yes (on point, no wording): {len(res)} of {len(part)} items, gold "
+                  + ", ".join(f"{lab} {sum(r['gold'] == lab for r in res)}" for lab in ("Entailment", "Contradiction", "NotMentioned")))
+        for rule, sh in rules:
+            s = nli_scores([r["gold"] for r in part], [rule_label(r, rule, sh or 0.9) for r in part])
             ec = [r for r in part if r["gold"] != "NotMentioned" and r["spans"]]
-            held = sum(bool(quote_matches_evidence(rule_quote(r, rule), r["spans"])) for r in ec)
-            print(line(f"{name}: {rule}", s) + f"  quote holds gold (E+C) {held / max(1, len(ec)):.3f} of {len(ec)}")
+            held = sum(bool(quote_matches_evidence(rule_quote(r, rule, sh or 0.9), r["spans"])) for r in ec)
+            tag = f"{rule} {sh}" if sh is not None else rule
+            print(line(f"{name}: {tag}", s) + f"  quote holds gold (E+C) {held / max(1, len(ec)):.3f} of {len(ec)}")
+    if all("words" in r for r in recs):
+        w = {}
+        for r in recs:
+            w[r["doc"]] = w.get(r["doc"], 0.0) + r["words"]["seconds"]
+        wd = sorted(w.values())
+        print(f"word rules, each item on the product path (retrieval included): per document median {wd[len(wd) // 2]:.2f} s, "
+              f"max {wd[-1]:.2f} s")
+    if not all("model" in r for r in recs):
+        return
     secs = sorted(r["model"]["label_s"] for r in recs)
     per_doc: dict[str, float] = {}
     for r in recs:
@@ -362,6 +408,8 @@ def main() -> None:
     ap.add_argument("--words-only", action="store_true", help="with --label-model: the word rules alone (records to merge)")
     ap.add_argument("--words-first", action="store_true",
                     help="with --label-model --model-only: the model with compare.words_first on (a cache of its own)")
+    ap.add_argument("--shares", nargs="*", type=float, default=[0.5, 0.7, 0.8, 0.9, 0.95],
+                    help="with --label-model: the Contradiction shares the residual-yn rule is reported at")
     ap.add_argument("--write-corpus", metavar="DIR", default=None,
                     help="write the dev NDAs of --split's tuning part as text files into DIR (the documents "
                          "`ragkit tune checklist ... eval/sets/contractnli-dev-tune34.jsonl --corpus DIR` ingests) and stop")
@@ -374,7 +422,7 @@ def main() -> None:
         recs = list({r["id"]: r for r in recs}.values())
         tune = set(split_tune(recs, args.split)) if args.split is not None else set(args.tune)
         report_both(recs, [("held out", [r for r in recs if r["doc"] not in tune]), ("tune", [r for r in recs if r["doc"] in tune]),
-                           ("all", recs)])
+                           ("all", recs)], tuple(args.shares))
         return
     if args.cached_only:
         recs = [json.loads(x) for x in Path(args.cache).read_text().splitlines()]

@@ -156,13 +156,18 @@ def test_compare_two_templates_quotes_the_right_clauses(nda_store):
         # the question asks for the law and the courts: either sentence of the clause answers it
         assert ("Governing Law" in law.quote or "jurisdiction" in law.quote) and "Governing Law" in (law.section or "")
         for f in (keep, indep):
-            # compare.no_min_confidence unset (the default): the model never answers No, so an
-            # on-point quote without contrary wording is a Yes with no probability shown; the
-            # model's scores stay in the JSON
+            # compare.no_min_confidence unset (the default): the model's scores could not make a
+            # No, so an on-point quote without contrary wording is a Yes with no probability
+            # shown, and the generator is not run for it (nothing prefilled, no scores)
             assert nda_store.compare.no_min_confidence is None
-            assert f.label == "Yes" and f.confidence is None and set(f.scores) == {"Yes", "No"}, (f.label, f.note)
+            assert f.label == "Yes" and f.confidence is None and f.scores == {}, (f.label, f.note)
+            assert f.decided_by == "evidence" and f.prompt_tokens == 0
             assert f.evidence["support"] >= nda_store.compare.on_point_support  # on point
-            assert f.prompt_tokens < 300  # clause mode: the label is scored on the quote alone
+    # with a No threshold the generator scores the options, on the quoted clause alone (clause mode)
+    scored = nda_store.model_copy(update={"compare": nda_store.compare.model_copy(update={"no_min_confidence": 0.6})})
+    f = compare(docs[:1], scored, items=["nda-12"]).rows[0].findings[docs[0]]
+    assert f.label in ("Yes", "No") and set(f.scores) == {"Yes", "No"} and f.decided_by == "generator", (f.label, f.note)
+    assert 0 < f.prompt_tokens < 300 and f.confidence is not None and f.quote == rows["nda-12"].findings[docs[0]].quote
     # the term clauses differ in wording, and the difference names it
     assert "Term of Confidentiality" in rows["term"].difference or "words it differently" in rows["term"].difference
 
@@ -171,13 +176,15 @@ def test_compare_two_templates_quotes_the_right_clauses(nda_store):
 def test_document_mode_scores_labels_on_the_shared_document_prefix(nda_store):
     doc = ["bonterms-mutual-nda-v1.pdf"]
     # n_ctx large enough for the whole document: every item shares it as the prefix
+    # (a No threshold: with none the options' scores could not change a label, and nothing is scored)
     s = nda_store.model_copy(update={"compare": nda_store.compare.model_copy(update={"label_context": "document",
-                                                                                     "label_model": "off"}),
+                                                                                     "label_model": "off",
+                                                                                     "no_min_confidence": 0.6}),
                                      "generator": nda_store.generator.model_copy(update={"n_ctx": 4096})})
     c = compare(doc, s, items=["nda-20", "nda-12"])
     first, second = (c.rows[i].findings[doc[0]] for i in range(2))
     assert first.prompt_tokens > 1500 and second.cached_tokens >= 0.9 * first.prompt_tokens  # one cached prefix
-    assert second.label in YES_NO + ["Not mentioned"] and second.confidence is None  # no_min_confidence unset
+    assert second.label in YES_NO + ["Not mentioned"]
     assert second.label == "Not mentioned" or set(second.scores) == {"Yes", "No"}  # scored on the shared prefix
 
 

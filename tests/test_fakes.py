@@ -139,10 +139,16 @@ def test_compare_reads_the_label_from_a_short_answer_on_the_fakes(fake):
     f2 = compare([BONTERMS], words, items=["nda-12"]).rows[0].findings[BONTERMS]
     assert f2.label == "No" and f2.confidence is None and f2.quote == f.quote, f2.to_json()  # the quote is not the model's
     assert f2.decided_by == "generator"
-    # without compare.text_labels (the default) the written "No." decides nothing: the evidence's Yes, and why
+    # without compare.text_labels (the default) a written answer could decide nothing, so none is asked for:
+    # the evidence's Yes, nothing prefilled
     strict = fake.model_copy(update={"compare": fake.compare.model_copy(update={"label_model": "off"})})
     f3 = compare([BONTERMS], strict, items=["nda-12"]).rows[0].findings[BONTERMS]
-    assert f3.label == "Yes" and f3.decided_by == "evidence" and "cannot score the options" in f3.note, f3.to_json()
+    assert f3.label == "Yes" and f3.decided_by == "evidence" and f3.prompt_tokens == 0 and f3.scores == {}, f3.to_json()
+    # with a No threshold the generator is asked; one that cannot score does not decide from its text, and says so
+    SCRIPT["answer"] = "No."
+    thr = fake.model_copy(update={"compare": fake.compare.model_copy(update={"label_model": "off", "no_min_confidence": 0.6})})
+    f4 = compare([BONTERMS], thr, items=["nda-12"]).rows[0].findings[BONTERMS]
+    assert f4.label == "Yes" and f4.decided_by == "evidence" and "cannot score the options" in f4.note, f4.to_json()
 
 
 def test_the_cli_shows_a_name_the_source_lacks_as_a_flag(fake):

@@ -33,7 +33,7 @@ def with_model(settings, **compare):
 
 @pytest.fixture(scope="module")
 def wording_store(tmp_path_factory, corpus):
-    """The three wording NDAs and Bonterms, ingested into a real store."""
+    """The four wording NDAs and Bonterms, ingested into a real store."""
     from ragkit.ingest import ingest
 
     folder = tmp_path_factory.mktemp("wording-docs")
@@ -43,22 +43,25 @@ def wording_store(tmp_path_factory, corpus):
     settings = make_settings(tmp_path_factory.mktemp("wording-store") / "ragkit")
     rep = ingest([folder], settings)
     assert rep.failed == []
-    return with_model(settings)
+    # the model alone (compare.words_first off): since 2026-12-06 the checklist's words decide
+    # these cases themselves (test_the_default_words_label_the_five_wording_cases_right)
+    return with_model(settings, words_first=False)
 
 
 def test_an_exception_narrowing_a_prohibition_is_a_no(wording_store):
     """The first wording case of the checklist issue, labelled by the shipped model on a
     real sentence: "shall not disclose any Confidential Information to any third party
     except to its own employees who need to know it" is No for sharing with third parties
-    (nda-7), quoting that sentence (the word rules say Yes: "except to" reads as a
-    permission). Each label of the model shows its probabilities; nothing is prefilled."""
+    (nda-7), quoting that sentence (before 2026-12-06 the word rules said Yes: "except to"
+    read as a permission). Each label of the model shows its probabilities; nothing is
+    prefilled."""
     c = compare(["exception-scope-nda.md", "bonterms-mutual-nda-v1.pdf"], wording_store, items=["nda-7", "nda-17", "nda-1"])
     f = _label(c, "exception-scope-nda.md", "nda-7")
     assert f.label == "No" and f.decided_by == "label model nda-label", (f.label, f.quote, f.note)
     assert "except to its own employees" in f.quote and f.probabilities["No"] > 0.5
     decided = [g for row in c.rows for g in row.findings.values()]
-    # the model decided, or (compare.words_first) the checklist's contrary wording or the absence of the item's words
-    assert all(g.prompt_tokens == 0 and g.decided_by in ("label model nda-label", "wording") for g in decided), decided
+    # the model decided every label (compare.words_first off here)
+    assert all(g.prompt_tokens == 0 and g.decided_by == "label model nda-label" for g in decided), decided
     for g in decided:
         if g.decided_by == "label model nda-label":
             assert g.confidence is not None and abs(sum(g.probabilities.values()) - 1.0) < 0.01, g.probabilities
@@ -81,6 +84,42 @@ def test_a_return_clause_does_not_permit_copies(wording_store):
 def test_bonterms_does_not_require_every_item_marked(wording_store):
     f = _label(compare(["bonterms-mutual-nda-v1.pdf"], wording_store, items=["nda-1"]), "bonterms-mutual-nda-v1.pdf", "nda-1")
     assert f.label == "No", (f.label, f.quote)
+
+
+def test_the_default_words_label_the_five_wording_cases_right(wording_store):
+    """The checklist issue's wording cases on the default path (no label model: the
+    checklist's words and the evidence), each on a real sentence of a real document:
+    - an exception that narrows a prohibition to employees is no permission to share with
+      third parties (nda-7 No, quoting the prohibition);
+    - a recital ("may disclose certain information to the other party") is no permission
+      either, and "shall not disclose it to anyone" is the No;
+    - a return clause ("return or destroy all copies ... to the extent practicable") permits
+      no copy (nda-17 is not Yes);
+    - Bonterms' definition ("(b) should be reasonably understood as confidential ... due to
+      its nature", a list item split from its lead-in) is the No to "all of it must be
+      marked" (nda-1), and its permission to disclose to "agents, advisors, contractors" is
+      still the Yes to sharing (nda-7);
+    - "by any means in the course of their business discussions" is no definition that
+      includes business information (nda-2 Yes on "technical information only")."""
+    words = wording_store.model_copy(update={"compare": wording_store.compare.model_copy(update={"label_model": "off"})})
+    docs = ["exception-scope-nda.md", "recital-nda.md", "return-clause-nda.md", "bonterms-mutual-nda-v1.pdf", "any-means-nda.md"]
+    c = compare(docs, words, items=["nda-7", "nda-17", "nda-1", "nda-2"])
+    exc = _label(c, "exception-scope-nda.md", "nda-7")
+    assert exc.label == "No" and "except to its own employees" in exc.quote and exc.decided_by == "wording", exc.to_json()
+    rec = _label(c, "recital-nda.md", "nda-7")
+    assert rec.label == "No" and "shall not disclose it to anyone" in rec.quote, rec.to_json()
+    ret = _label(c, "return-clause-nda.md", "nda-17")
+    assert ret.label != "Yes", ret.to_json()
+    mark = _label(c, "bonterms-mutual-nda-v1.pdf", "nda-1")
+    assert mark.label == "No" and "reasonably understood as confidential" in mark.quote, mark.to_json()
+    share = _label(c, "bonterms-mutual-nda-v1.pdf", "nda-7")
+    assert share.label == "Yes" and "advisors" in share.quote, share.to_json()
+    means = _label(c, "any-means-nda.md", "nda-2")
+    assert means.label == "Yes" and "technical information only" in means.quote, means.to_json()
+    # nothing here came from a generator: the words, or the evidence's Yes on a clause on point
+    other = [(row.item.id, d, f.decided_by, f.prompt_tokens) for row in c.rows for d, f in row.findings.items()
+             if f.decided_by not in ("wording", "evidence") or f.prompt_tokens]
+    assert other == [], other
 
 
 def test_a_held_out_nda_labelled_with_probabilities(tmp_path):

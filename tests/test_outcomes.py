@@ -321,6 +321,34 @@ def test_contrary_wording_honours_negation_and_exception_scope():
     assert tech.contrary_in("Confidential Information means technical and business information.") == "business information"
 
 
+def test_a_permission_must_lift_a_prohibition_and_name_whom_it_permits():
+    """The checklist's words read in scope (unit test of ragkit.compare.checklist, no model):
+    an exception is a permission only when it lifts a prohibition, a permission to share
+    counts only when it names a third party it lets the information go to (`objects`), an
+    exception for employees leaves a ban on third parties standing, and "by any means" is
+    no definition."""
+    from ragkit.compare import load_checklist
+
+    items = {i.id: i for i in load_checklist("nda")[1]}
+    share, copy, tech = items["nda-7"], items["nda-17"], items["nda-2"]
+    # return clauses permit no copy; an exception to a ban on copying does
+    assert copy.affirm_in("The receiving party shall return or destroy all copies of the Confidential Information "
+                          "to the extent practicable.") is None
+    assert copy.affirm_in("Recipient shall not copy any Confidential Information except as needed for the Purpose.")
+    # a permission names whom: advisors yes, "the other party" no
+    assert share.affirm_in("Recipient may disclose Confidential Information to its legal and financial advisors.") == "may disclose"
+    assert share.affirm_in("Each party may disclose certain information to the other party for the evaluation.") is None
+    # an exception for employees leaves the ban on third parties standing; one for advisers lifts it
+    ban = "The Recipient shall not disclose Confidential Information to any third party except to its own employees."
+    assert share.affirm_in(ban) is None and share.contrary_in(ban)
+    lifted = "The Recipient shall not disclose Confidential Information to any third party except to its professional advisers."
+    assert share.affirm_in(lifted) and share.contrary_in(lifted) is None
+    assert share.contrary_in("The receiving party shall not disclose it to anyone.")
+    # "means" as a noun is no definition of what Confidential Information includes
+    assert tech.contrary_in("Information may be delivered by any means in the course of their business discussions.") is None
+    assert tech.contrary_in("Confidential Information means all data about the business of the Discloser.")
+
+
 NEGATION_NDA = """# Mutual Non-Disclosure Agreement
 
 ## 1. Confidential Information

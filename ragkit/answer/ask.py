@@ -466,6 +466,7 @@ def ask_choice(
     docs: list[str] | None = None,
     *,
     narrow: Callable[[Prompt, object], Prompt] | None = None,
+    score: bool = True,
 ) -> AskResult:
     """Answer with one of `options` (Yes / No / Not mentioned for a checklist item),
     scored by the generator when it can (`choose`: the options' own probabilities, no
@@ -476,13 +477,18 @@ def ask_choice(
 
     `narrow(prompt, generator)`, when given, turns the retrieval prompt into the one the
     options are scored on (compare: the quoted clause alone); `result.prompt` stays the
-    retrieval prompt, the tokens and cache figures are the scored prompt's."""
+    retrieval prompt, the tokens and cache figures are the scored prompt's.
+
+    `score=False`: retrieval and the relevance gate only (`result.choice` stays None, the
+    generator is neither loaded nor run): for a caller whose decision the options' scores
+    cannot change (compare's default rule)."""
     session = Session.of(session)
-    generator = session.generator
+    generator = session.generator if score else None
     t0 = time.perf_counter()
     r = retrieve(question, session, docs, generator=generator)
     result = AskResult.from_retrieval(r)
-    if abstain_if_irrelevant(result, r, t0):
+    if abstain_if_irrelevant(result, r, t0) or not score:
+        result.timings.setdefault("total_s", time.perf_counter() - t0)
         return result
     prompt = r.prompt
     scored = narrow(prompt, generator) if narrow is not None else prompt

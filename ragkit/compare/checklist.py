@@ -43,12 +43,19 @@ class ChecklistItem:
     # only the words decide (an item that nearly every document touches in passing, "copies"
     # in a return clause): affirm -> Yes, contrary -> No, anything else Not mentioned
     words_only: bool = False
+    # whom or what a permission must name, for an item about a permission towards someone
+    # (sharing with third parties: consultants, advisors, agents ...): an affirming phrase
+    # counts only when one of these words follows it in its clause ("may disclose ... to its
+    # advisors"; not "may disclose certain information to the other party"), and an exception
+    # lifts a contrary prohibition only when it names one ("shall not disclose ... to any
+    # third party except to its own employees" still says No: employees are not third parties)
+    objects: list[str] = field(default_factory=list)
     # the checklist's label model (its TOML's top-level `label_model`: a registry name or a
     # folder, relative to the TOML), set by load_checklist
     label_model: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("terms", "contrary", "affirm"):
+        for name in ("terms", "contrary", "affirm", "objects"):
             v = getattr(self, name)
             if not (isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v)):
                 raise TypeError(f"item {self.id!r}: {name} must be a list of non-empty strings")
@@ -59,21 +66,24 @@ class ChecklistItem:
         self._terms = term_pattern(self.terms)
         self._contrary = [term_pattern([t]) for t in self.contrary] or None
         self._affirm = [term_pattern([t]) for t in self.affirm] or None
+        self._objects = term_pattern(self.objects)
 
     def names_item(self, text: str) -> bool:
         """Whether a sentence names one of the item's terms (True when it has none)."""
         return self._terms is None or bool(self._terms.search(text))
 
     def affirm_in(self, text: str) -> str | None:
-        """The affirming wording the sentence holds, if any (`affirm_scope`)."""
-        return _shortest(self._affirm, text, affirm_scope)
+        """The affirming wording the sentence holds, if any (`affirm_scope`), naming one of
+        the item's `objects` after it when it has them."""
+        return _shortest(self._affirm, _masked(text), lambda t, a, b: affirm_scope(t, a, b, self._objects))
 
     def contrary_in(self, text: str) -> str | None:
         """The contrary wording the sentence holds, if any, read in its scope
         (`contrary_scope`): a prohibition the same sentence makes an exception to ("shall
         not copy ... except as reasonably necessary") and wording the sentence excludes
-        ("technical information only and excludes business plans") are not contrary."""
-        return _shortest(self._contrary, text, contrary_scope)
+        ("technical information only and excludes business plans") are not contrary; with
+        `objects`, an exception that names none of them leaves the prohibition standing."""
+        return _shortest(self._contrary, _masked(text), lambda t, a, b: contrary_scope(t, a, b, self._objects))
 
 
 def _shortest(patterns, text: str, in_scope) -> str | None:
@@ -96,7 +106,40 @@ _EXCEPTION = re.compile(r"\b(?:except|excepting|unless|other\s+than|save\s+(?:as
                         r"but\s+(?:may|can|shall\s+be\s+permitted)|to\s+the\s+extent)\b", re.I)
 
 
-def contrary_scope(text: str, start: int, end: int) -> bool:
+# idioms whose words are not the words an item looks for: "means" as a noun ("by any means",
+# "by means of") is not a definition ("... means business information"); masked (same length,
+# so the offsets hold) before any phrase is matched
+_IDIOMS = re.compile(r"\bby\s+(?:any|all|whatever|other|such|electronic|the)?\s*means\b|\bmeans\s+of\b", re.I)
+
+
+def _masked(text: str) -> str:
+    return _IDIOMS.sub(lambda m: " " * len(m.group(0)), text)
+
+
+def _sentence_after(text: str, end: int) -> str:
+    """The text after position `end`, to the end of its sentence (a list after a colon included)."""
+    return re.split(r"(?<=[.!?])\s", text[end:], maxsplit=1)[0]
+
+
+def _names_object(objects, text: str) -> bool:
+    return objects is None or bool(objects.search(text))
+
+
+_PERMITTING_VERB = re.compile(r"\b(?:disclos|shar|provid|furnish|communicat|reveal|make|divulg|releas|transfer|giv)\w*", re.I)
+
+
+def _permitted(phrase: str, before: str, after: str) -> str:
+    """The words that say whom a permission is for: after a phrase with its verb ("may
+    disclose ... to its advisors"); before one without ("except to its employees and
+    professional advisers who need to know"), from the exception that opens it or the
+    clause's start."""
+    if _PERMITTING_VERB.search(phrase):
+        return after
+    opened = list(_EXCEPTION.finditer(before))
+    return before[opened[-1].start():] if opened else before
+
+
+def contrary_scope(text: str, start: int, end: int, objects: "re.Pattern | None" = None) -> bool:
     """Whether the contrary phrase at text[start:end] says the opposite of the item in its
     clause. A phrase that is itself a prohibition ("not copy", "no copies") does not when
     the same sentence makes an exception to it after it ("shall not copy ... except as
@@ -110,25 +153,39 @@ def contrary_scope(text: str, start: int, end: int) -> bool:
     after = re.split(r"(?<=[.!?])\s", text[end:], maxsplit=1)[0]
     if _NEGATION.search(phrase):
         # the exception may also sit inside a phrase with a gap ("not disclose, except to its
-        # advisers, to any third party")
-        return not (_EXCEPTION.search(after) or _EXCEPTION.search(phrase))
+        # advisers, to any third party"); with objects it must name one ("except to its own
+        # employees" lifts nothing from a ban on third parties)
+        m = _EXCEPTION.search(after)
+        if m is not None and _names_object(objects, after[m.end():]):
+            return False
+        m = _EXCEPTION.search(phrase)
+        # (inside the phrase: what the exception names, less the phrase's own "to any third party")
+        return not (m is not None and _names_object(objects, re.sub(r"\bto\s+any\b.*$", "", phrase[m.end():], flags=re.I)))
     # ... and the exclusion inside one ("means technical information only and excludes business")
     return not _EXCLUDES.search(_NOT_EXCLUDING.sub(" ", before[-80:] + " " + phrase))
 
 
-def affirm_scope(text: str, start: int, end: int) -> bool:
+def affirm_scope(text: str, start: int, end: int, objects: "re.Pattern | None" = None) -> bool:
     """Whether the affirming phrase at text[start:end] says the item holds: not when the
     phrase itself is negated ("may not disclose") or its clause negates it before it
     ("neither party may disclose", "no Confidential Information may be disclosed"), unless
     the phrase is the exception to that negation ("shall not disclose ... other than to",
-    "shall not copy ... except as")."""
+    "shall not copy ... except as"). An exception is a permission only when it lifts a
+    prohibition: "return or destroy all copies ... to the extent practicable" permits no
+    copy. With `objects` (the item's), one of them must follow the phrase in its sentence."""
     phrase = text[start:end]
-    if _EXCEPTION.search(phrase) or re.search(r"\bonly\b", phrase, re.I):
+    before = re.split(r"[;:.!?]\s", text[:start])[-1]
+    if objects is not None and not _names_object(objects, _permitted(phrase, before, _sentence_after(text, end))):
+        return False
+    negated_before = bool(_NEGATION.search(_NOT_EXCLUDING.sub(" ", before[-60:])))
+    exception = _EXCEPTION.search(phrase)
+    if exception is not None:
+        return negated_before or bool(_NEGATION.search(phrase[: exception.start()]))
+    if re.search(r"\bonly\b", phrase, re.I):
         return True
     if _NEGATION.search(phrase):
         return False
-    before = re.split(r"[;:.!?]\s", text[:start])[-1]
-    return not _NEGATION.search(_NOT_EXCLUDING.sub(" ", before[-60:]))
+    return not negated_before
 
 
 # "..." inside a phrase: up to this many words between its two sides ("disclos* ... only to")
@@ -171,7 +228,7 @@ def load_checklist(name_or_path: str) -> tuple[str, list[ChecklistItem]]:
         raise ConfigError(f"checklist {name_or_path!r} not found", hint=f"built in: {have}; or give a .toml path")
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
-        items = [ChecklistItem(**{k: v for k, v in it.items() if k in ("id", "title", "question", "hypothesis", "terms", "contrary", "affirm", "words_only")})
+        items = [ChecklistItem(**{k: v for k, v in it.items() if k in ("id", "title", "question", "hypothesis", "terms", "contrary", "affirm", "words_only", "objects")})
                  for it in data["items"]]
     except (tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
         raise ConfigError(f"checklist {p} is not valid: {exc}", hint="see prompts/checklists/nda.toml for the format") from None

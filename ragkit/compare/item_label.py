@@ -138,7 +138,7 @@ def check_item(doc: str, item: ChecklistItem, settings: Session | Settings) -> t
     if not r.prompt.contexts:
         raise UsageError(f"{doc} could not be represented in the prompt", hint="raise generator.n_ctx")
     _quote(decided, r, item, session, chosen)
-    if item.hypothesis is not None and r.choice is not None and not r.abstained:
+    if item.hypothesis is not None and not r.abstained and (r.choice is not None or not generator_decides(session.settings.compare)):
         _label_on_evidence(decided, r, item, session)
     return _finding(decided, r), r
 
@@ -232,7 +232,7 @@ def _hypothesis_label(doc: str, item: ChecklistItem, session: Session, chosen: d
     cs = session.settings.compare
     q = f"{item.question} Answer with exactly one of: Yes, No, Not mentioned."
     narrow = (lambda p, gen: clause_prompt(p, item, q, gen, session, chosen)) if cs.label_context == "clause" else None
-    r = ask_choice(q, YES_NO, session, [doc], narrow=narrow)
+    r = ask_choice(q, YES_NO, session, [doc], narrow=narrow, score=generator_decides(cs))
     confidence = None
     note = None
     if r.choice is not None and r.choice.scored:
@@ -244,7 +244,19 @@ def _hypothesis_label(doc: str, item: ChecklistItem, session: Session, chosen: d
     if r.choice is not None and r.choice.note:
         note = r.choice.note  # e.g. the engine gave no log-probabilities: the label was read from a short answer
     label = "Not mentioned" if r.abstained else (r.answer or "Unclear")
-    return r, _Label(label, confidence=confidence, note=note, decided_by="evidence" if r.abstained else "generator")
+    # nothing prefilled when the generator was not run (abstained, or generator_decides is False)
+    return r, _Label(label, confidence=confidence, note=note, decided_by="evidence" if r.abstained else "generator",
+                     generated=r.choice is not None)
+
+
+def generator_decides(cs) -> bool:
+    """Whether the generator's answer can change a hypothesis label: the model decides Not
+    mentioned (compare.not_mentioned "model"), its No has a threshold
+    (compare.no_min_confidence), or its written answer may decide (compare.text_labels).
+    Otherwise (the default) an on-point quote with no contrary wording is Yes whatever it
+    scores, so it is not run: measured on one NDA, 17 items, 2 cores
+    (eval/bench_compare_cost.py): the generation was most of the time."""
+    return cs.not_mentioned == "model" or cs.no_min_confidence is not None or cs.text_labels
 
 
 def _rescore(r, option_score: str) -> None:
@@ -327,6 +339,9 @@ def _label_on_evidence(decided: _Label, r, item: ChecklistItem, session: Session
         # no passage of the document is about the item: Not mentioned, whatever the
         # model says of the nearest one (it answers Yes or No about whatever it is shown)
         _not_mentioned(decided)
+    elif r.choice is None:
+        # the generator was not run (generator_decides): on point, nothing says the opposite
+        decided.label, decided.confidence, decided.scores, decided.decided_by = "Yes", None, {}, "evidence"
     elif r.choice.scored:
         _yes_or_no(decided, r, cs)
     elif not cs.text_labels:
@@ -361,10 +376,30 @@ def _wording(item: ChecklistItem, contexts, session: Session):
     that says its contrary): one permission answers an item that asks whether something
     is allowed at all, so the affirming wording is read first and, when found, no
     contrary is looked for."""
-    topical = [(u, h) for u, h in _document_sentences(contexts, session) if item.names_item(u)] if item.terms else []
+    sentences = _whole_sentences(_document_sentences(contexts, session))
+    topical = [(u, h) for u, h in sentences if item.names_item(u)] if item.terms else []
     yes = next(((u, h, w) for u, h in topical if (w := item.affirm_in(u))), None) if item.affirm else None
     cue = next(((u, h, w) for u, h in topical if (w := item.contrary_in(u))), None) if item.contrary and not yes else None
     return topical, yes, cue
+
+
+def _whole_sentences(units: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    """The document's units as the words read them: a list item that continues the unit
+    before it (which ends in no full stop or semicolon: "... which (a) Discloser identifies to Recipient
+    as confidential or" / "(b) should be reasonably understood as confidential ...") is read
+    with it, as one sentence ("LEAD … (b) ..."), so wording split across the list is seen
+    whole; the lead-in is also read alone, as before."""
+    from ragkit.sentences import LIST_ITEM
+
+    out = []
+    lead = None
+    for u, h in units:
+        if lead is not None and LIST_ITEM.match(u):
+            out.append((f"{lead if len(lead) <= 160 else '…' + lead[-159:]} … {u}", h))  # as with_lead_in quotes it
+            continue
+        out.append((u, h))
+        lead = u if not u.rstrip(" \"'”’)]").endswith((".", "!", "?", ";")) else None
+    return out
 
 
 def _said_in_so_many_words(decided: _Label, label: str, sentence: tuple, item: ChecklistItem, r, session: Session) -> None:
