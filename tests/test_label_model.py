@@ -279,6 +279,12 @@ def test_a_generator_that_cannot_score_never_makes_a_no(nda_store):
     real = Session(off)
     session = Session(off, embedder=real.embedder, generator=_TextOnly(real.generator))
     f, r = check_item("bonterms-mutual-nda-v1.pdf", items["nda-5"], session)
+    # its answer could decide nothing here, so it is not asked
+    assert r.choice is None and f.label != "No" and f.decided_by in ("wording", "evidence"), (f.label, f.note)
+    # with a No threshold it is asked; a written "No" still does not decide, and the note says why
+    thr = off.model_copy(update={"compare": off.compare.model_copy(update={"no_min_confidence": 0.6})})
+    f, r = check_item("bonterms-mutual-nda-v1.pdf", items["nda-5"],
+                      Session(thr, embedder=real.embedder, generator=_TextOnly(real.generator)))
     assert r.choice is not None and not r.choice.scored
     assert f.label != "No", (f.label, f.note)
     assert f.decided_by in ("wording", "evidence") and (f.decided_by == "wording" or "cannot score the options" in f.note), f

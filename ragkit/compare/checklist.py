@@ -45,8 +45,10 @@ class ChecklistItem:
     words_only: bool = False
     # whom or what a permission must name, for an item about a permission towards someone
     # (sharing with third parties: consultants, advisors, agents ...): an affirming phrase
-    # counts only when one of these words follows it in its clause ("may disclose ... to its
-    # advisors"; not "may disclose certain information to the other party"), and an exception
+    # counts only when it names one of these words, after its verb in the sentence ("may
+    # disclose ... to its advisors"; not "may disclose certain information to the other
+    # party") or, for a phrase without one ("need to know"), before it from the exception
+    # that opens it (`_permitted`), and an exception
     # lifts a contrary prohibition only when it names one ("shall not disclose ... to any
     # third party except to its own employees" still says No: employees are not third parties)
     objects: list[str] = field(default_factory=list)
@@ -172,7 +174,7 @@ def affirm_scope(text: str, start: int, end: int, objects: "re.Pattern | None" =
     the phrase is the exception to that negation ("shall not disclose ... other than to",
     "shall not copy ... except as"). An exception is a permission only when it lifts a
     prohibition: "return or destroy all copies ... to the extent practicable" permits no
-    copy. With `objects` (the item's), one of them must follow the phrase in its sentence."""
+    copy. With `objects` (the item's), the permission must name one (`_permitted`)."""
     phrase = text[start:end]
     before = re.split(r"[;:.!?]\s", text[:start])[-1]
     if objects is not None and not _names_object(objects, _permitted(phrase, before, _sentence_after(text, end))):
