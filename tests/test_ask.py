@@ -42,6 +42,7 @@ def test_follow_up_reuses_the_cached_prefix(nda_store):
     assert r2.generation.cached_tokens >= 0.8 * len(r2.prompt.ids)
 
 
+@pytest.mark.complete  # the default tier checks the same contract on a Word file (test_word_files.py)
 def test_cli_ask_json_contract(nda_store):
     res = runner.invoke(app, ["ask", QUESTION, "--store", str(nda_store.store), "--doc", "cnli_dev_019.pdf", "--json"],
                         env={"RAGKIT_GENERATOR__N_CTX": "2048", "RAGKIT_GENERATOR__MAX_TOKENS": "96"})

@@ -100,8 +100,10 @@ def test_a_long_section_path_leaves_the_body_room(embedder, shape):
     body = " ".join(f"Sentence {i} states an obligation of the recipient." for i in range(60))
     blocks = [Block(h, kind="heading", level=i + 1) for i, h in enumerate(heads)] + [Block(body)]
     limit = embedder.max_tokens
-    [section] = build_sections(blocks)
+    *above, section = build_sections(blocks)
     assert len(section.path) == len(heads)
+    # a heading too long to be a title whole keeps its words as text, where it stands
+    assert [b.text for s in above for b in s.blocks] == (heads[:-1] if shape == "deep" else [])
     assert embedder.count_tokens([section.path_str])[0] > limit, "the path alone is over the limit"
     chunks = chunk_sections([section], embedder.count_tokens, limit, 40)
     assert all(c.section == section.path_str for c in chunks)  # metadata keeps the full path
@@ -110,7 +112,7 @@ def test_a_long_section_path_leaves_the_body_room(embedder, shape):
         assert c.embed_section and c.embed_text().startswith(c.embed_section + "\n")
         assert embedder.count_tokens([c.embed_section])[0] <= limit // 4
     assert " ".join(c.text for c in chunks).count("Sentence ") == 60
-    body_tokens = embedder.count_tokens([body])[0]
+    body_tokens = embedder.count_tokens([" ".join(b.text for b in section.blocks)])[0]
     assert len(chunks) <= body_tokens // (limit // 2) + 1, "each chunk carries a real share of the body"
     if shape == "deep":  # the deepest headings are the ones kept
         assert chunks[0].embed_section.startswith("… > ") and "Heading 15" in chunks[0].embed_section

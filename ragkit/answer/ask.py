@@ -71,11 +71,16 @@ class AskResult:
     def from_retrieval(cls, r: Retrieval) -> "AskResult":
         return cls(question=r.question, prompt=r.prompt, timings=dict(r.timings))
 
+    def source_notes(self, c: Citation) -> list[str]:
+        """A citation's notes (`Context.notes_for`): a reviewer's comment, unaccepted changes."""
+        ctx = next((x for x in self.prompt.contexts if x.n == c.n), None)
+        return ctx.notes_for(c.quote) if ctx is not None else []
+
     def to_json(self) -> dict:
         g = self.generation or Generation()
         return {
             "answer": self.answer,
-            "citations": [c.to_json() for c in self.citations],
+            "citations": [{**c.to_json(), "notes": self.source_notes(c)} for c in self.citations],
             "invalid_citations": self.invalid_citations,
             "claims": [c.to_json() for c in self.claims],
             "outcome": self.outcome,
@@ -127,6 +132,7 @@ def ask(
     context_reserve: int = 0,
     max_tokens: int | None = None,
     generator=None,
+    contract_text: bool = False,
 ) -> AskResult:
     """Answer `question` from the documents (all, or those named in `docs`).
 
@@ -142,12 +148,14 @@ def ask(
     kept for it either way (see `ragkit.retrieve.retrieve`). `max_tokens` caps this
     answer below `generator.max_tokens` (the prompt budget stays that of the settings, so
     the cached prefix does not change). `generator`: an already loaded one to use (else
-    the session's). A Settings gets a Session for this call."""
+    the session's). `contract_text`: reviewers' comments left out (`ragkit.retrieve.retrieve`).
+    A Settings gets a Session for this call."""
     session = Session.of(session)
     if generator is None and not dry_run:
         generator = session.generator
     t0 = time.perf_counter()
-    r = retrieve(question, session, docs, generator=generator, context=context, context_reserve=context_reserve)
+    r = retrieve(question, session, docs, generator=generator, context=context, context_reserve=context_reserve,
+                 contract_text=contract_text)
     result = AskResult.from_retrieval(r)
     if dry_run:
         return result
@@ -467,6 +475,7 @@ def ask_choice(
     *,
     narrow: Callable[[Prompt, object], Prompt] | None = None,
     score: bool = True,
+    contract_text: bool = False,
 ) -> AskResult:
     """Answer with one of `options` (Yes / No / Not mentioned for a checklist item),
     scored by the generator when it can (`choose`: the options' own probabilities, no
@@ -481,11 +490,11 @@ def ask_choice(
 
     `score=False`: retrieval and the relevance gate only (`result.choice` stays None, the
     generator is neither loaded nor run): for a caller whose decision the options' scores
-    cannot change (compare's default rule)."""
+    cannot change (compare's default rule). `contract_text`: as `ask`'s."""
     session = Session.of(session)
     generator = session.generator if score else None
     t0 = time.perf_counter()
-    r = retrieve(question, session, docs, generator=generator)
+    r = retrieve(question, session, docs, generator=generator, contract_text=contract_text)
     result = AskResult.from_retrieval(r)
     if abstain_if_irrelevant(result, r, t0) or not score:
         result.timings.setdefault("total_s", time.perf_counter() - t0)

@@ -225,7 +225,9 @@ def attribute(answer: str, contexts: list["Context"], embedder, question: str | 
         claims = [(t, m) for t, m in claims if (content_words(t) - asked) or unsupported_figures(t, question)]
     if not claims:
         return []
-    sents = [_Sent(c, s) for c in contexts for s in split_sentences(c.text)]
+    # a reviewer's comment (a Word comment, ingest's kind "comment") is shown, never
+    # taken as the contract's words: no claim is supported by it
+    sents = [_Sent(c, s) for c in contexts if getattr(c, "kind", "text") != "comment" for s in split_sentences(c.text)]
     if not sents:
         return [Claim(text=t, supported=False, markers=m, flagged=list(m)) for t, m in claims]
     names = _name_words(contexts)

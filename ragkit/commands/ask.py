@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from ragkit.commands._common import INFERRED_NOTE, JsonOpt, ProfileOpt, StoreOpt, command_errors, err, out, print_json, settings_for
 
@@ -99,6 +100,8 @@ def register(app: typer.Typer) -> None:
                 flag = INFERRED_NOTE if c.inferred else ""
                 out.print(f" [{c.n}] [cyan]{c.doc}[/] {where}{flag}", highlight=False)
                 out.print(f"     “{c.quote}”", highlight=False, style="dim")
+                for note in result.source_notes(c):
+                    out.print(f"     [yellow]⚠[/] {escape(note)}", highlight=False)
         if result.invalid_citations:
             out.print(f"[yellow]warning:[/] the answer cites {result.invalid_citations}, which were not among the sources", highlight=False)
         print_claims(result, model_shown=live)

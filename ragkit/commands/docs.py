@@ -37,14 +37,24 @@ def docs_list(
     if as_json:
         print_json([
             {"name": r.name, "path": r.path, "doc_id": r.doc_id, "sections": r.n_sections, "chunks": r.n_chunks,
-             "pages": r.n_pages, "sha256": r.sha256}
+             "pages": r.n_pages, "sha256": r.sha256,
+             "tracked_changes": {"count": r.tracked_changes, "authors": r.change_authors, "dates": r.change_dates}}
             for r in records
         ])
         return
-    table = Table("document", "pages", "sections", "chunks", "path")
+    from ragkit.ingest.changes import summary_line
+
+    changed = any(r.tracked_changes for r in records)
+    table = Table("document", "pages", "sections", "chunks", *(["tracked changes"] if changed else []), "path")
     for r in records:
-        table.add_row(r.name, str(r.n_pages or "-"), str(r.n_sections), str(r.n_chunks), r.path)
+        marks = [summary_line(r.tracked_changes, r.change_authors, r.change_dates) or "-"] if changed else []
+        table.add_row(r.name, str(r.n_pages or "-"), str(r.n_sections), str(r.n_chunks), *marks, r.path)
     out.print(table)
+    if changed:
+        n = sum(1 for r in records if r.tracked_changes)
+        err.print(f"{n} document{'s' if n != 1 else ''} carr{'y' if n != 1 else 'ies'} tracked changes nobody has accepted: "
+                  "the text stored is the document with every change accepted; answers and comparisons quoting "
+                  "changed words say so", highlight=False)
 
 
 @docs_app.command("rm")

@@ -14,6 +14,7 @@ from ragkit.compare.quotes import _best_quote, _document_sentences, _where, evid
 from ragkit.compare.report import Comparison, Finding, Row, _renormalised, agree_on_same_quotes
 from ragkit.config import Settings
 from ragkit.errors import UsageError
+from ragkit.ingest.changes import touching
 from ragkit.paths import read_prompt
 from ragkit.session import Session, settings_of
 
@@ -170,7 +171,7 @@ def _model_label(doc: str, item: ChecklistItem, session: Session, model) -> tupl
     from ragkit.retrieve.pipeline import retrieve
 
     t0 = time.perf_counter()
-    r = AskResult.from_retrieval(retrieve(item.question, session, [doc]))  # tokens counted by the vocabulary alone
+    r = AskResult.from_retrieval(retrieve(item.question, session, [doc], contract_text=True))  # tokens counted by the vocabulary alone
     if not r.prompt.contexts:
         raise UsageError(f"{doc} could not be represented in the prompt", hint="raise generator.n_ctx")
     t1 = time.perf_counter()
@@ -232,7 +233,7 @@ def _hypothesis_label(doc: str, item: ChecklistItem, session: Session, chosen: d
     cs = session.settings.compare
     q = f"{item.question} Answer with exactly one of: Yes, No, Not mentioned."
     narrow = (lambda p, gen: clause_prompt(p, item, q, gen, session, chosen)) if cs.label_context == "clause" else None
-    r = ask_choice(q, YES_NO, session, [doc], narrow=narrow, score=generator_decides(cs))
+    r = ask_choice(q, YES_NO, session, [doc], narrow=narrow, score=generator_decides(cs), contract_text=True)
     confidence = None
     note = None
     if r.choice is not None and r.choice.scored:
@@ -277,7 +278,7 @@ def _free_text_label(doc: str, item: ChecklistItem, session: Session) -> tuple["
     from ragkit.answer.ask import ask
     from ragkit.answer.citations import is_abstention
 
-    r = ask(item.question, session, [doc])
+    r = ask(item.question, session, [doc], contract_text=True)
     outcome = r.outcome
     note = None
     if outcome == "unverified":
@@ -435,6 +436,20 @@ def _yes_or_no(decided: _Label, r, cs) -> None:
     decided.scores = scores
 
 
+def _with_changes(note: str | None, quote: str | None, contexts) -> str | None:
+    """The finding's note with the unaccepted tracked changes its quote shows or stands
+    beside ("“five (5)”: inserted by Counsel on 2026-12-01, not yet accepted"): a reader
+    must know the words quoted are not yet agreed."""
+    if not quote:
+        return note
+    q = " ".join(quote.split())
+    holding = [c for c in contexts if q in " ".join(c.text.split())] or contexts
+    seen: list[str] = []
+    for c in holding:
+        seen += [n for n in (t.describe() for t in touching(c.changes, quote)) if n not in seen]
+    return "; ".join([note] * bool(note) + seen) or None
+
+
 def _finding(decided: _Label, r) -> Finding:
     """The Finding of the label decided, with the prompt's cost and time."""
     g = r.generation
@@ -451,7 +466,7 @@ def _finding(decided: _Label, r) -> Finding:
         cached_tokens=g.cached_tokens if g else 0,
         seconds=r.timings.get("total_s", 0.0),
         confidence=decided.confidence,
-        note=decided.note,
+        note=_with_changes(decided.note, decided.quote, r.prompt.contexts),
         evidence=decided.evidence,
         scores=decided.scores,
         closest=decided.closest,

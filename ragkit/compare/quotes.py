@@ -84,7 +84,8 @@ def _document_sentences(contexts, settings: Session | Settings) -> list[tuple[st
     memo = session.memo("compare.sentences")
     key = tuple(sorted({c.doc_id for c in contexts}))
     if key not in memo:
-        hits = session.store.chunks(list(key)) or list(contexts)
+        # the contract's own words: a reviewer's comment is never quoted as the clause
+        hits = [h for h in session.store.chunks(list(key)) if h.meta.get("kind") != "comment"] or list(contexts)
         pairs = [(u, h) for h in hits for u in split_units(h.text)]
         keep = _quotable([u for u, _ in pairs])
         seen: dict[str, object] = {}

@@ -215,7 +215,7 @@ def to_markdown(c: Comparison) -> str:
                 loc = format_location(f.page, f.section)
                 hint = " (closest clause)" if f.label == "Not mentioned" else ""
                 warn = f" ⚠ {f.note}" if f.note else ""
-                cells.append(f"**{f.label}**{_conf(f)}{hint}: “{f.quote}” ({loc}){claim_support(f)}{warn}".replace("|", "\\|"))
+                cells.append(f"**{f.label}**{_conf(f)}{hint}: “{f.quote}”{f' ({loc})' if loc else ''}{claim_support(f)}{warn}".replace("|", "\\|"))
         lines.append(f"| {r.item.title} | " + " | ".join(cells) + f" | {r.difference} |")
     lines += ["", cost_line(c)]
     return "\n".join(lines) + "\n"

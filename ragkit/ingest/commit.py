@@ -14,9 +14,10 @@ import queue
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ragkit.errors import DocumentError, StoreError
-from ragkit.ingest import embcache
+from ragkit.ingest import changes, embcache
 from ragkit.ingest.sources import _hash_file, _stat_key, doc_id_for
 from ragkit.store import DocRecord
 
@@ -48,7 +49,7 @@ def _ingest_one(path, key, sha, st, old, store, settings, embedder, ident, parse
     tm = report.timings
     res, sha = _parsed(path, key, sha, st, parsers, tm)
     _, chunks, n_sections, n_pages, t_parse, _stats = res
-    doc_id = doc_id_for(sha, chunking)
+    doc_id = doc_id_for(sha, chunking, Path(path).suffix)
     t0 = time.perf_counter()
     n_existing = store.has_chunks(doc_id)
     tm["store_s"] += time.perf_counter() - t0
@@ -99,6 +100,8 @@ def _write(path, key, sha, old, doc_id, res, hashes, vectors, n_embedded, store,
                 "kind": c.kind,
                 "tokens": c.tokens,
                 "text_hash": h,  # the embedding cache's key (ragkit.ingest.embcache)
+                # unaccepted tracked changes of a Word file (ragkit.ingest.changes), when it has them
+                **({"changes": changes.dumps(c.changes)} if c.changes else {}),
             }
             for i, (c, h) in enumerate(zip(chunks, hashes))
         ]
@@ -108,9 +111,12 @@ def _write(path, key, sha, old, doc_id, res, hashes, vectors, n_embedded, store,
         report.chunks += len(chunks)
         report.chunks_embedded += n_embedded
         report.chunks_from_cache += len(chunks) - n_embedded
+    tracked = changes.summary([t for c in chunks for t in c.changes])
     record = DocRecord(
         key=key, doc_id=doc_id, name=path.name, path=key, sha256=sha, n_chunks=len(chunks),
         n_sections=n_sections, n_pages=n_pages, ingested_at=time.time(),
+        tracked_changes=tracked["count"], change_authors=", ".join(tracked["authors"]),
+        change_dates=tracked["first"] + (f" to {tracked['last']}" if tracked["last"] != tracked["first"] else ""),
     )
     t0 = time.perf_counter()
     store.commit_document(record)  # the commit point
@@ -172,7 +178,7 @@ class Lookahead:
         try:
             a.res, a.sha = _parsed(path, key, sha, st, self.parsers, self.tm)
             chunks = a.res[1]
-            a.doc_id = doc_id_for(a.sha, chunking)
+            a.doc_id = doc_id_for(a.sha, chunking, Path(path).suffix)
             t0 = time.perf_counter()
             n_existing = self.store.has_chunks(a.doc_id)
             self.tm["store_s"] += time.perf_counter() - t0

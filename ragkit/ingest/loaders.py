@@ -4,8 +4,8 @@ PDF: pypdfium2 text layer by default (about 10x faster than pypdf here at the sa
 pypdf as an alternative engine. With pypdfium2, numeric tables become Markdown table
 blocks (ragkit/ingest/tables.py: character boxes, chosen over pypdf's layout mode by
 measurement) and pages without a text layer are OCR'd by tesseract when it is installed
-(ragkit/ingest/ocr.py). DOCX: python-docx, body order kept, heading styles and
-tables from the document structure. Markdown and plain text: read directly.
+(ragkit/ingest/ocr.py). DOCX: every text a reader sees, tracked changes kept apart
+(ragkit/ingest/docx.py). Markdown and plain text: read directly.
 
 Every failure a user's file can cause is raised as DocumentError with a one-line reason.
 """
@@ -13,7 +13,6 @@ Every failure a user's file can cause is raised as DocumentError with a one-line
 from __future__ import annotations
 
 import re
-import zipfile
 from pathlib import Path
 
 from ragkit.errors import DocumentError
@@ -78,7 +77,9 @@ def load(
     elif suffix == ".docx":
         if kind != "zip":
             raise DocumentError(str(path), f"not a DOCX (a DOCX is a zip archive): the content looks like {kind}")
-        blocks = _load_docx(path, max_inflated=max_docx_inflated_mb * 1024 * 1024)
+        from ragkit.ingest.docx import load_docx
+
+        blocks = load_docx(path, max_inflated=max_docx_inflated_mb * 1024 * 1024)
     elif suffix in (".md", ".markdown"):
         blocks = _load_markdown(_read_text(path, kind))
     else:
@@ -364,114 +365,3 @@ def _load_pdf_pypdf(path: Path, *, max_pages: int) -> list[Block]:
     except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         raise DocumentError(str(path), f"corrupt or truncated PDF ({type(exc).__name__}: {str(exc)[:120]})") from None
     return _page_blocks(texts)
-
-
-# ---------------------------------------------------------------- DOCX
-
-def _load_docx(path: Path, *, max_inflated: int) -> list[Block]:
-    try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-            if "word/document.xml" not in names:
-                raise DocumentError(str(path), "not a Word document: the zip has no word/document.xml")
-            inflated = sum(i.file_size for i in zf.infolist())
-            if inflated > max_inflated:
-                raise DocumentError(
-                    str(path),
-                    f"refused: inflates to {inflated / 1e6:.0f} MB, over the limit of {max_inflated / 1e6:.0f} MB (possible zip bomb)",
-                )
-    except zipfile.BadZipFile as exc:
-        raise DocumentError(str(path), f"corrupt DOCX: {exc}") from None
-
-    import docx
-    from docx.table import Table
-    from docx.text.paragraph import Paragraph
-
-    try:
-        document = docx.Document(str(path))
-    except Exception as exc:  # python-docx raises many types for bad XML/parts
-        raise DocumentError(str(path), f"corrupt DOCX ({type(exc).__name__}: {str(exc)[:120]})") from None
-
-    blocks: list[Block] = []
-    for item in document.iter_inner_content():
-        if isinstance(item, Paragraph):
-            text = item.text.strip()
-            if not text:
-                continue
-            style = (item.style.name if item.style is not None else "") or ""
-            level = _heading_level(style)
-            if level is not None:
-                blocks.append(Block(text, kind="heading", level=level))
-            else:
-                prefix = _list_prefix(item)
-                blocks.append(Block(prefix + text))
-        elif isinstance(item, Table):
-            md = _table_markdown(_docx_table_rows(item))
-            if md:
-                blocks.append(Block(md, kind="table"))
-    return blocks
-
-
-def _heading_level(style: str) -> int | None:
-    s = style.lower()
-    if s == "title":
-        return 1
-    m = re.match(r"heading\s*(\d)", s)
-    return int(m.group(1)) if m else None
-
-
-def _list_prefix(paragraph) -> str:
-    """python-docx does not render automatic numbering; mark list items so they stay items."""
-    ppr = paragraph._p.pPr
-    if ppr is not None and ppr.numPr is not None:
-        return "- "
-    return ""
-
-
-def _docx_table_rows(table) -> list[list[str]]:
-    """A Word table's rows on its layout grid, one entry per grid column.
-
-    Cells are told apart by their <w:tc> element, never by their text, so neighbouring
-    cells that read the same ("—", "—", or two parties' identical signature blocks) stay
-    two cells. A horizontally merged cell (w:gridSpan) is one cell: its text in its first
-    grid column, the columns it also covers empty, so the cells after it keep their
-    columns. A vertically merged cell (w:vMerge="continue" below its first row) shows the
-    first row's text in each row it covers, as python-docx reads it, so a row stays
-    self-contained when a big table is chunked by rows. Columns a row skips
-    (w:gridBefore / w:gridAfter) are empty."""
-    from docx.table import _Cell
-
-    rows: list[list[str]] = []
-    above: dict[int, str] = {}  # grid column -> text of the cell covering it in the row above
-    for tr in table._tbl.tr_lst:
-        row = [""] * (tr.grid_before or 0)
-        here: dict[int, str] = {}
-        for tc in tr.tc_lst:
-            col = len(row)
-            text = _Cell(tc, table).text
-            if tc.vMerge == "continue" and not text.strip():
-                # continues the cell above (Word moves merged content to the top cell;
-                # text a continuation does hold is kept rather than dropped)
-                text = above.get(col, "")
-            here[col] = text
-            row.append(text)
-            row.extend([""] * (max(1, tc.grid_span or 1) - 1))
-        row.extend([""] * (tr.grid_after or 0))
-        rows.append(row)
-        above = here
-    return rows
-
-
-def _table_markdown(rows: list[list[str]]) -> str:
-    """Markdown of a table given on its grid (see _docx_table_rows): one Markdown column
-    per grid column, the first row as the header."""
-    rows = [[" ".join(c.split()).replace("|", "\\|") for c in r] for r in rows]
-    rows = [r for r in rows if any(c for c in r)]
-    if not rows:
-        return ""
-    width = max(len(r) for r in rows)
-    rows = [r + [""] * (width - len(r)) for r in rows]
-    head, body = rows[0], rows[1:]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * width]
-    lines += ["| " + " | ".join(r) + " |" for r in body]
-    return "\n".join(lines)

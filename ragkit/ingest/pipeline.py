@@ -247,7 +247,7 @@ def _hash_files(files: list[Path], existing: dict, store: ChromaStore, chunking:
         except DocumentError as exc:
             plan.append((path, key, None, None, old, exc.reason))
             continue
-        if old is not None and old.doc_id == doc_id_for(sha, chunking) and store.has_chunks(old.doc_id) == old.n_chunks:
+        if old is not None and old.doc_id == doc_id_for(sha, chunking, Path(path).suffix) and store.has_chunks(old.doc_id) == old.n_chunks:
             plan.append((path, key, sha, st, old, "unchanged"))
         else:
             plan.append((path, key, sha, st, old, None))

@@ -129,18 +129,54 @@ def build_sections(blocks: list[Block], doc_title: str = "") -> list[Section]:
             while stack and stack[-1][0] >= level:
                 stack.pop()
         stack.append((level, title, number))
-        current = Section(path=[t for _, t, _ in stack])
+        current = Section(path=[t for _, t, _ in stack], changes=list(block.changes) if block.kind == "heading" else [],
+                          heading=block if block.kind == "heading" else None)
         sections.append(current)
-        if block.kind != "heading":
-            # a numbered clause: the heading line is also the clause body
-            current.blocks.append(block)
-    return [s for s in sections if s.blocks]
+        if block.kind != "heading" or title != " ".join(block.text.split()).rstrip(".:：。；;"):
+            # a numbered clause: the heading line is also the clause body (and so is a
+            # heading-styled paragraph too long to be a title whole: its words stay text)
+            current.blocks.append(block if block.kind != "heading" else Block(block.text, page=block.page))
+    sections = _keep_orphan_headings(sections)
+    kept = [s for s in sections if s.blocks]
+    # a heading's tracked changes stay with the clause it opens (the next one with text)
+    pending: list = []
+    for s in sections:
+        if s.blocks:
+            s.changes = pending + s.changes
+            pending = []
+        else:
+            pending += s.changes
+    if pending and kept:
+        kept[-1].changes += pending
+    return kept
 
 
 
 CountTokens = Callable[[list[str]], list[int]]
 
 _ELIDED = "…"
+
+
+def _keep_orphan_headings(sections: list[Section]) -> list[Section]:
+    """A heading the format declares (a Word style, a Markdown #) that heads no text and
+    no clause under it (a document's title lines before "1. Definitions", read at the
+    same level) is text the reader sees: it stays, where it stands, as the text of a
+    section under the headings above it (consecutive ones together), never dropped."""
+    out: list[Section] = []
+    made: set[int] = set()  # ids of the sections made here of such headings
+    for i, s in enumerate(sections):
+        nxt = sections[i + 1].path if i + 1 < len(sections) else []
+        if s.blocks or s.heading is None or nxt[: len(s.path)] == s.path:
+            out.append(s)
+            continue
+        text = Block(s.heading.text, page=s.heading.page)
+        if out and id(out[-1]) in made and out[-1].path == s.path[:-1]:
+            out[-1].blocks.append(text)
+            out[-1].changes += s.changes
+        else:
+            out.append(Section(path=s.path[:-1], blocks=[text], changes=s.changes))
+            made.add(id(out[-1]))
+    return out
 
 
 class ChunkingError(RuntimeError):
@@ -178,7 +214,9 @@ def chunk_sections(
     chunks: list[Chunk] = []
     offset = 0
     path_cap = max(2, max_tokens // 4)
+    placed: list[tuple[int, int, object]] = []  # tracked changes at their offsets in the full text
     for section in sections:
+        placed.extend((offset, offset, c) for c in section.changes)
         path = section.path_str
         shown, shown_cost = _fit_path(section.path, count_tokens, path_cap)
         embed_section = None if shown == path else shown
@@ -189,14 +227,16 @@ def chunk_sections(
         for block in section.blocks:
             start = offset
             offset += len(block.text) + 2  # blocks are joined by a blank line in the full text
+            placed.extend((start + c.start, start + c.end, c) for c in block.changes)
             if not block.text.strip():
                 continue
             if block.kind == "table":
                 for part in _split_table(block.text, count_tokens, budget):
                     pieces.append((part, block.page, "table", start, start + len(block.text)))
                 continue
+            kind = "comment" if block.kind == "comment" else "text"
             for sent_start, sent in _pieces_for(block.text, count_tokens, budget):
-                pieces.append((sent, block.page, "text", start + sent_start, start + sent_start + len(sent)))
+                pieces.append((sent, block.page, kind, start + sent_start, start + sent_start + len(sent)))
         if not pieces:
             continue
         sizes = count_tokens([p[0] for p in pieces])
@@ -216,14 +256,16 @@ def chunk_sections(
                     page_end=max(pages) if pages else None,
                     char_start=items[0][3],
                     char_end=items[-1][4],
-                    kind="table" if all(p[2] == "table" for p in items) else "text",
+                    kind=items[0][2] if all(p[2] == items[0][2] for p in items) else "text",
                     embed_section=embed_section,
                 )
             )
 
         for i, size in enumerate(sizes):
             # +2 leaves room for the joins between pieces
-            if group and (group_tokens + size + 2 > budget or pieces[i][2] == "table" or pieces[group[-1]][2] == "table"):
+            # a table, and a reviewer's comment, are chunks of their own
+            if group and (group_tokens + size + 2 > budget or pieces[i][2] == "table" or pieces[group[-1]][2] == "table"
+                          or pieces[i][2] != pieces[group[-1]][2]):
                 emit(group)
                 group, group_tokens = [], 0
             group.append(i)
@@ -236,7 +278,26 @@ def chunk_sections(
         for c, n in zip(chunks, real):
             c.tokens = n
     chunks = _merge_tiny(chunks, min_tokens, max_tokens, count_tokens)
-    return _enforce_limit(chunks, count_tokens, max_tokens)
+    chunks = _enforce_limit(chunks, count_tokens, max_tokens)
+    _place_changes(chunks, placed)
+    return chunks
+
+
+def _place_changes(chunks: list[Chunk], placed: list[tuple[int, int, object]]) -> None:
+    """Each tracked change goes with the chunks of contract text its span touches (a
+    deletion, with no span, with the first whose range holds its place); one that falls
+    between chunks goes with the chunk after it (or the last)."""
+    text_chunks = [c for c in chunks if c.kind != "comment"]
+    for a, b, change in placed:
+        if a < b:
+            hit = [c for c in text_chunks if a < c.char_end and b > c.char_start]
+        else:
+            hit = [c for c in text_chunks if c.char_start <= a <= c.char_end][:1]
+        if not hit:
+            after = [c for c in text_chunks if c.char_start >= a]
+            hit = after[:1] or text_chunks[-1:]
+        for c in hit:
+            c.changes.append(change)
 
 
 def _fit_path(parts: list[str], count_tokens: CountTokens, cap: int) -> tuple[str, int]:

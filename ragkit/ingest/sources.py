@@ -14,12 +14,19 @@ from ragkit.ingest.blocks import Chunk
 from ragkit.ingest.loaders import SUPPORTED, load
 from ragkit.ingest.sections import build_sections, chunk_sections
 
+# How a format is read, where it changed since `chunking_key`'s version: a file of that
+# format ingested before is read again, the others are left as they are.
+# docx2: every text a reader sees, tracked changes, notes and comments (ragkit/ingest/docx.py)
+READER_VERSIONS = {".docx": "docx2"}
 
-def doc_id_for(sha256: str, chunking: str = "") -> str:
+
+def doc_id_for(sha256: str, chunking: str = "", suffix: str = "") -> str:
     """A stored version of a document: its content and how it was cut into chunks
-    (`chunking_key`). The same bytes chunked another way are another version, with chunks
-    of their own, so re-chunking never leaves a longer old version's tail chunks live under
-    the id. 24 hex digits."""
+    (`chunking_key`, and the reader of its format, `READER_VERSIONS`). The same bytes
+    chunked another way are another version, with chunks of their own, so re-chunking
+    never leaves a longer old version's tail chunks live under the id. 24 hex digits."""
+    if chunking and suffix.lower() in READER_VERSIONS:
+        chunking = f"{chunking}|{READER_VERSIONS[suffix.lower()]}"
     if not chunking:
         return sha256[:24]
     return hashlib.sha256(f"{sha256}\x00{chunking}".encode()).hexdigest()[:24]

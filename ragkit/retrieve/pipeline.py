@@ -36,7 +36,7 @@ class Retrieval:
 
 
 def retrieve(question: str, settings: "Session | Settings", docs: list[str] | None = None, *, generator=None,
-             context: str | None = None, context_reserve: int = 0) -> Retrieval:
+             context: str | None = None, context_reserve: int = 0, contract_text: bool = False) -> Retrieval:
     """Rank the sources for `question` (restricted to `docs` when named) and pack them into
     a prompt within the generator's budget, with the session's embedder, store, lexical
     index and reranker (a Settings gets a Session for this call). `generator` supplies the
@@ -46,7 +46,10 @@ def retrieve(question: str, settings: "Session | Settings", docs: list[str] | No
     `context` (earlier turns of a conversation, plain text) goes into the prompt after the
     sources and before the question; it is not searched with. `context_reserve` prompt
     tokens are set aside for it whether or not it is given, so a first question and its
-    follow-ups pack the same sources (and share their KV-cached prefix)."""
+    follow-ups pack the same sources (and share their KV-cached prefix).
+
+    `contract_text`: the documents' own words only, reviewers' comments (a Word file's
+    comments, ingest's kind "comment") left out: for a checklist, which reads the contract."""
     from ragkit.retrieve.query import search_query
     from ragkit.session import Session
 
@@ -60,6 +63,9 @@ def retrieve(question: str, settings: "Session | Settings", docs: list[str] | No
     searched = question if rs.search_instructions else search_query(question)  # less its answer-format sentences
     qvec = embedder.embed_query(searched) if rs.mode in ("hybrid", "dense") else None
     selected, cands, whole = _search(session, store, searched, qvec, docs)
+    if contract_text:
+        cands = [h for h in cands if h.meta.get("kind") != "comment"]
+        whole = [h for h in whole if h.meta.get("kind") != "comment"] if whole is not None else None
     best_similarity, calibration = _similarity_gate(session, store, embedder, qvec, selected, all_live=not docs)
     notes: dict = {}
     cands = rank_stages(searched, qvec, cands, whole, embedder, session.settings, reranker=reranker, notes=notes)

@@ -15,6 +15,7 @@ from typing import Any
 
 from ragkit.errors import UsageError
 from ragkit.generate.chat_template import _SYS, _USER, render_chat_parts  # noqa: F401  (re-exported)
+from ragkit.ingest import changes as tracked
 from ragkit.paths import read_prompt
 from ragkit.store import Hit
 
@@ -51,6 +52,8 @@ class Context:
     text: str
     score: float = 0.0
     tokens: int = 0  # generator tokens of the whole numbered block
+    kind: str = "text"  # ingest's kind: "text" | "table" | "comment" (a reviewer's comment, not contract text)
+    changes: list = field(default_factory=list)  # unaccepted tracked changes (ragkit.ingest.changes.TrackedChange)
 
     @property
     def page(self) -> int | None:
@@ -70,7 +73,24 @@ class Context:
             "score": round(self.score, 4),
             "text": self.text,
             "tokens": self.tokens,
+            "kind": self.kind,
+            "tracked_changes": [c.to_json() for c in self.changes],
         }
+
+    def notes_for(self, quote: str) -> list[str]:
+        """What a reader must know of this source besides the words quoted from it: that it
+        is a reviewer's comment, not contract text; the unaccepted tracked changes the
+        quote shows or stands beside ("“five (5)”: inserted by Counsel on 2026-12-01, not
+        yet accepted")."""
+        notes = ["a reviewer's comment, not contract text"] if self.kind == "comment" else []
+        return notes + [t.describe() for t in tracked.touching(self.changes, quote)]
+
+    def changes_note(self) -> str:
+        """What the prompt tells the model of the source's unaccepted tracked changes (the
+        text it shows is the document with every change accepted): empty when none."""
+        if not self.changes:
+            return ""
+        return "(Tracked changes not yet accepted: " + "; ".join(c.describe() for c in self.changes) + ".)"
 
 
 @dataclass
@@ -109,7 +129,12 @@ class PromptBuilder:
         return self.gen.tokenize(text, special=special, add_bos=add_bos)
 
     def block_text(self, ctx: Context, first: bool) -> str:
-        body = self.block_tmpl.format(n=ctx.n, doc=ctx.doc, location=ctx.location(), text=ctx.text.strip())
+        text = ctx.text.strip()
+        note = ctx.changes_note()
+        if note:
+            text = f"{text}\n{note}"
+        location = ctx.location() + (" | a reviewer's comment, not contract text" if ctx.kind == "comment" else "")
+        body = self.block_tmpl.format(n=ctx.n, doc=ctx.doc, location=location, text=text)
         return body if first else "\n\n" + body
 
     @staticmethod
@@ -163,6 +188,7 @@ class PromptBuilder:
                 n=0, doc=m.get("doc_name", "?"), doc_id=m.get("doc_id", ""), chunk_id=h.id,
                 chunk_index=int(m.get("chunk_index", 0)), section=m.get("section") or None,
                 page_start=m.get("page_start"), page_end=m.get("page_end"), text=h.text, score=ranked.get(h.id, h.score),
+                kind=m.get("kind") or "text", changes=tracked.loads(m.get("changes")),
             )
 
         def sort_key(c: Context):

@@ -13,7 +13,7 @@ def citation_json(c, contexts: dict[int, Any]) -> dict:
     ctx = contexts.get(c.n)
     return {"n": c.n, "doc": c.doc, "doc_id": ctx.doc_id if ctx else None, "page": c.page,
             "page_end": ctx.page_end if ctx else None, "section": c.section, "quote": c.quote,
-            "inferred": c.inferred}
+            "inferred": c.inferred, "notes": [] if ctx is None else ctx.notes_for(c.quote)}
 
 
 def sources_text(result) -> str:
@@ -28,7 +28,9 @@ def sources_text(result) -> str:
     for c in result.citations:
         ctx = by_n.get(c.n)
         where = format_location(c.page, c.section, ctx.page_end if ctx else None)
-        lines.append(f"[{c.n}] {c.doc}" + (f", {where}" if where else "") + (" (inferred)" if c.inferred else ""))
+        notes = ctx.notes_for(c.quote) if ctx is not None else []
+        lines.append(f"[{c.n}] {c.doc}" + (f", {where}" if where else "") + (" (inferred)" if c.inferred else "")
+                     + "".join(f"; {n}" for n in notes))
     return SOURCES_HEAD + "\n".join(lines)
 
 

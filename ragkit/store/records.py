@@ -29,9 +29,16 @@ class DocRecord:
     n_sections: int
     n_pages: int | None
     ingested_at: float
+    # a Word file's unaccepted tracked changes (ragkit.ingest.changes): how many, by whom, when
+    tracked_changes: int = 0
+    change_authors: str = ""
+    change_dates: str = ""  # "2026-12-01" or "2026-11-28 to 2026-12-01"
 
     def to_meta(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if v is not None and k != "key"}
+        if not self.tracked_changes:  # a record without changes reads as it did before they were kept
+            for k in ("tracked_changes", "change_authors", "change_dates"):
+                d.pop(k, None)
         return d
 
     @classmethod
@@ -46,6 +53,9 @@ class DocRecord:
             n_sections=int(m.get("n_sections", 0)),
             n_pages=m.get("n_pages"),
             ingested_at=float(m.get("ingested_at", 0)),
+            tracked_changes=int(m.get("tracked_changes") or 0),
+            change_authors=str(m.get("change_authors") or ""),
+            change_dates=str(m.get("change_dates") or ""),
         )
 
 
