@@ -240,6 +240,17 @@ def test_a_tracked_change_is_answered_and_shown_as_not_accepted(word_store):
     assert {c["kind"] for c in clause["tracked_changes"]} == {"inserted", "deleted"}
     assert "two (2)" not in clause["text"]
 
+    # "what did the other side strike?": the struck words, listed from the file's own
+    # change records (never "the documents do not say")
+    res = runner.invoke(app, ["ask", "What did the other side strike from the agreement?", "--doc", "term-nda.docx",
+                              "--store", str(word_store.store), "--json"], env=ENV)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert (out["outcome"], out["answer_kind"]) == ("supported", "changes")
+    assert STRUCK in out["answer"] and "[struck: two (2)] five (5) years" in out["answer"]
+    assert INSERTED not in out["answer"]  # a deletion was asked about
+    assert out["citations"] and all(c["section"] == "5. Term" for c in out["citations"])
+
 
 @pytest.mark.complete
 def test_content_controls_answer_the_governing_law(word_store):
@@ -279,3 +290,14 @@ def test_compare_cell_quoting_changed_words_says_they_are_not_accepted(word_stor
     assert f.quote and "five (5)" in f.quote, f
     assert INSERTED in (f.note or ""), f.note
     assert COMMENT not in f.quote
+
+
+def test_only_questions_about_the_draft_s_changes_are_answered_from_them():
+    from ragkit.answer.redline import asks_about_changes
+
+    for q in ("What did the other side strike?", "Which words were deleted?", "Show the tracked changes",
+              "What did Counsel change in clause 5?", "Which insertions are not yet accepted?", "List the redlines"):
+        assert asks_about_changes(q), q
+    for q in ("Must the recipient delete Confidential Information on request?", "Is there a change of control clause?",
+              "How long do the obligations survive?", "May the recipient make copies?"):
+        assert not asks_about_changes(q), q

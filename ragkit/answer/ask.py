@@ -64,7 +64,9 @@ class AskResult:
     outcome: str = "supported"  # supported | unverified | not_found (see the module's doc)
     passages: list[Passage] = field(default_factory=list)  # unverified, or a quoted answer: the passages shown
     model_answer: str | None = None  # the model's own text when the answer shown is not it (unverified, not_found)
-    answer_kind: str = "generated"  # "quoted": answered by quoting the sources (a question asking for the clause)
+    # "quoted": answered by quoting the sources (a question asking for the clause); "changes":
+    # the documents' unaccepted tracked changes listed (a question about what was struck or inserted)
+    answer_kind: str = "generated"
     unverified_reason: str | None = None  # why the model's answer is not verified (outcome unverified)
 
     @classmethod
@@ -190,7 +192,39 @@ def answer_without_generating(result: AskResult, r: Retrieval, t0: float, sessio
     """Answer before generating, when the answer cannot be the model's: retrieval found
     nothing relevant (`abstain_if_irrelevant`) or the question asks for the clause itself
     (`answer_by_quoting`). Returns whether it answered."""
-    return abstain_if_irrelevant(result, r, t0, on_text) or answer_by_quoting(result, r, t0, session, on_text)
+    return (answer_tracked_changes(result, r, t0, session, on_text) or abstain_if_irrelevant(result, r, t0, on_text)
+            or answer_by_quoting(result, r, t0, session, on_text))
+
+
+def answer_tracked_changes(result: AskResult, r: Retrieval, t0: float, session: Session,
+                           on_text: Callable[[str], None] | None = None) -> bool:
+    """A question about the unaccepted tracked changes of the documents searched ("What did
+    the other side strike?": `ragkit.answer.redline`) is answered by listing them, each with
+    its author, day and clause, without generating: the struck words are in no sentence of
+    the text, so a model could only guess and the checks would call the documents silent.
+    Returns whether it answered (only when a document searched carries such changes)."""
+    from ragkit.answer import redline
+    from ragkit.answer.citations import best_quote
+
+    changed = [d for d in r.docs if d.tracked_changes]
+    if not changed or not redline.asks_about_changes(result.question):
+        return False
+    hits = session.store.chunks(sorted({d.doc_id for d in changed}))
+    text, shown = redline.listing(result.question, changed, hits)
+    by_id = {c.chunk_id: c for c in result.prompt.contexts}
+    cites: dict[int, Citation] = {}
+    for h, change in shown:
+        ctx = by_id.get(h.id)
+        if ctx is not None and ctx.n not in cites:
+            cites[ctx.n] = Citation(ctx.n, ctx.doc, ctx.page_start, ctx.section,
+                                    best_quote(ctx.text, f"{change.before} {change.text} {change.after}"), inferred=True)
+    result.answer, result.answer_kind, result.outcome = text, "changes", "supported"
+    result.citations = [cites[n] for n in sorted(cites)]
+    result.generation = Generation(prompt_tokens=len(result.prompt.ids))
+    result.timings.update({"generate_s": 0.0, "ttft_s": 0.0, "total_s": time.perf_counter() - t0})
+    if on_text is not None:
+        on_text(result.answer)
+    return True
 
 
 def abstain_if_irrelevant(result: AskResult, r: Retrieval, t0: float, on_text: Callable[[str], None] | None = None) -> bool:
