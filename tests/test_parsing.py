@@ -136,3 +136,38 @@ def test_bad_files_raise_one_clear_reason(tmp_path):
         msg = str(info.value)
         assert name in msg and word.lower() in msg.lower(), msg
         assert "\n" not in msg and "Traceback" not in msg
+
+
+def test_a_10k_contents_page_opens_no_section_and_a_note_sits_under_its_item():
+    """PepsiCo's 2022 10-K (503 pages, financebench-dev): the contents page's entries
+    ("Item 8. Financial Statements and Supplementary Data 116") are text, not headings, so the
+    restructuring table on page 78 is cited under its Item and Note, not under a contents
+    line such as "GLOSSARY 114 29"."""
+    import re
+
+    path = SHARED / "financebench-dev" / "pdfs" / "PEPSICO_2022_10K.pdf"
+    if not path.exists():
+        pytest.skip(f"the shared corpora are not at {SHARED} (set RAGKIT_SHARED_CORPORA)")
+    sections = sections_of(path)
+    note = next(s for s in sections if any("Total restructuring and impairment charges" in b.text and b.page == 78
+                                           for b in s.blocks))
+    assert note.path[:2] == ["PART II", note.path[1]] and note.path[1].startswith("Item 7. Management’s Discussion")
+    assert note.path[-1].startswith("Note 3 — Restructuring and Impairment Charges")
+    assert not any(re.match(r"(Item \d+[A-Z]?\.|GLOSSARY).* \d{1,3}$", p) for s in sections for p in s.path)
+
+
+@pytest.mark.parametrize("line", ["Section 12 of the Exchange Act) Period Total", "19.7 percent, respectively",
+                                  "3.900 % July 2032 $ 1,250", "TM TM TM TM ® ®", "SOFR + 0.850 1.99 267",
+                                  "Section 4.1 and will be entitled to a", "Article 5 shall survive termination"])
+def test_wrapped_lines_and_table_rows_open_no_section(line):
+    assert heading_level(line) is None
+
+
+def test_contents_entries_are_text_but_the_headings_they_name_are_headings():
+    from ragkit.ingest.blocks import Block
+
+    toc = ["ARTICLE 1 Definitions 1", "ARTICLE 2 Licenses 13", "12. CONFIDENTIALITY 12 13", "ARTICLE 13 Term ....... 40"]
+    body = ["ARTICLE 1", "Definitions apply throughout.", "12. CONFIDENTIALITY", "Each party keeps the other's secrets."]
+    sections = build_sections([Block(t, page=1) for t in toc] + [Block(t, page=2) for t in body])
+    assert [s.path for s in sections] == [[], ["ARTICLE 1"], ["12. CONFIDENTIALITY"]]
+    assert [b.text for b in sections[0].blocks] == toc

@@ -17,20 +17,23 @@ _CN_NUM = "一二三四五六七八九十百千零〇两"
 
 # (pattern, how to compute the level from the match). Order matters.
 _HEADING_RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], int]]] = [
-    (re.compile(r"^(ARTICLE|Article)\s+([IVXLC]+|\d+)\b"), lambda m: 1),
+    # a lowercase word after the number is a sentence ("Section 12 of the Exchange Act",
+    # "Article 5 shall survive"), not a heading
+    (re.compile(r"^(ARTICLE|Article)\s+([IVXLC]+|\d+)(?![\dIVXLC])\.?(?!\s*[a-z])"), lambda m: 1),
     # SEC filings: "PART I — FINANCIAL INFORMATION", "Item 1A. Risk Factors", "Note 4 – Leases"
     (re.compile(r"^(PART|Part)\s+[IVX]+\b"), lambda m: 1),
     (re.compile(r"^(ITEM|Item)\s+\d{1,2}[A-Z]?\.(\s|$)"), lambda m: 2),
     (re.compile(r"^(NOTE|Note)\s+\d{1,2}\s*[–—:.-]\s*\S"), lambda m: 3),
-    (re.compile(r"^(SECTION|Section)\s+(\d+(?:\.\d+)*)\b"), lambda m: m.group(2).count(".") + 1),
+    (re.compile(r"^(SECTION|Section)\s+(\d+(?:\.\d+)*)(?!\.?\d)\.?(?!\s*[a-z])"), lambda m: m.group(2).count(".") + 1),
     (re.compile(rf"^第[{_CN_NUM}\d]+[编]"), lambda m: 1),
     (re.compile(rf"^第[{_CN_NUM}\d]+[章]"), lambda m: 1),
     (re.compile(rf"^第[{_CN_NUM}\d]+[节]"), lambda m: 2),
     (re.compile(rf"^第[{_CN_NUM}\d]+[条]"), lambda m: 3),
     (re.compile(rf"^[{_CN_NUM}]+、"), lambda m: 1),
     (re.compile(rf"^[（(][{_CN_NUM}]+[)）]"), lambda m: 2),
-    # 5.2, 3.1.8, 5.2. Title — needs a dot-separated number
-    (re.compile(r"^(\d{1,3}(?:\.\d{1,3})+)\.?\s+\S"), lambda m: m.group(1).count(".") + 1),
+    # 5.2, 3.1.8, 5.2. Title — needs a dot-separated number, and no lowercase word after it
+    # (a wrapped line "19.7 percent, respectively" is no clause)
+    (re.compile(r"^(\d{1,3}(?:\.\d{1,3})+)\.?\s+(?:[A-Z\"(\[]|[^\x00-\x7f])"), lambda m: m.group(1).count(".") + 1),
     # "1. Definitions" / "12. GOVERNING LAW"
     (re.compile(r"^(\d{1,3})\.\s+[A-Z\"“(]"), lambda m: 1),
 ]
@@ -55,7 +58,9 @@ def _is_caps_heading(text: str) -> bool:
     if not (3 <= len(t) <= 80) or t.endswith((",", ";")):
         return False
     letters = [c for c in t if c.isalpha()]
-    if len(letters) < 4:
+    if len(letters) < 4 or not re.search(r"[^\W\d_]{3}", t):  # a word, not "TM TM ® ®" or "U S A"
+        return False
+    if sum(c.isdigit() for c in t) > len(letters):  # a table row, "SOFR + 0.850 1.99 267"
         return False
     return all(c.isupper() for c in letters) and len(t.split()) <= 10
 
@@ -95,6 +100,78 @@ def _number_of(text: str) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.group(1).split(".")) if m else None
 
 
+# a table of contents' entry: a title, then its page number(s) ("Item 8. Financial Statements
+# and Supplementary Data 45", "GLOSSARY 114 29", "12. CONFIDENTIALITY ....... 12"); years
+# (four digits) are no page numbers
+_CONTENTS_TAIL = re.compile(r"[^\W\d_]{3}.*?(?:\s*[.…·]{2,}\s*|\s+)(?:\d{1,3}|[ivxlc]{1,6})(?:\s+\d{1,3})*\s*$")
+CONTENTS_MIN = 3  # entries on one page (or close together) that make a table of contents
+
+
+def _page_number_only(text: str) -> bool:
+    """A heading's number, then only a page number: "PART II. 28"."""
+    m = _NUM_PREFIX.match(" ".join(text.split()))
+    return bool(m and re.fullmatch(r"\d{1,3}", m.group(2)))
+
+
+def _contents_entry(text: str) -> bool:
+    """A title after its number, then page number(s): "ARTICLE 1 Definitions 1" is one,
+    a bare "ARTICLE 1" (its own number, no title) is not."""
+    t = " ".join(text.split())
+    m = _NUM_PREFIX.match(t)
+    return bool(_CONTENTS_TAIL.search(m.group(2) if m else t))
+
+
+def contents_entries(blocks: list[Block]) -> set[int]:
+    """Indices of the blocks that are entries of a table of contents, which are never
+    headings: lines that would open a section and end in a page number, at least
+    CONTENTS_MIN of them on one page (or, without pages, each within 3 blocks of the next).
+    Left as headings, a 10-K's contents page opens "Item 8. ... 116" before the real Item 8,
+    and a line such as "GLOSSARY 114 29" stays on the section path of every note after it."""
+    cands = [i for i, b in enumerate(blocks)
+             if b.kind == "text" and len(b.text) <= 160 and _contents_entry(b.text) and heading_level(b.text) is not None]
+    out: set[int] = set()
+    if any(blocks[i].page is not None for i in cands):
+        by_page: dict[int | None, list[int]] = {}
+        for i in cands:
+            by_page.setdefault(blocks[i].page, []).append(i)
+        for page, idx in by_page.items():
+            if page is not None and len(idx) >= CONTENTS_MIN:
+                out.update(idx)
+                # on a contents page, a part's line with only its page number is an entry too ("PART II. 28")
+                out.update(i for i, b in enumerate(blocks) if b.page == page and b.kind == "text"
+                           and _page_number_only(b.text) and heading_level(b.text) is not None)
+        return out
+    run: list[int] = []
+    for i in cands + [None]:
+        if i is not None and run and i - run[-1] <= 3:
+            run.append(i)
+            continue
+        if len(run) >= CONTENTS_MIN:
+            out.update(run)
+        run = [i] if i is not None else []
+    return out
+
+
+_FILING = re.compile(r"^(?:(?:PART|Part)\s+[IVX]+\b|(?:ITEM|Item)\s+\d{1,2}[A-Z]?\.(?:\s|$))")
+_NOTE = re.compile(r"^(NOTE|Note)\s+\d{1,2}\s*[–—:.-]\s*\S")
+
+
+def _filing_level(text: str, level: int, filing: bool) -> tuple[int, bool]:
+    """In an SEC filing (once a PART or Item heading is seen) the Items are the frame: an
+    ALL-CAPS heading ("NOTES TO THE CONSOLIDATED FINANCIAL STATEMENTS", "CONSOLIDATED
+    BALANCE SHEET") sits under the current Item, a Note under that ("Item 8 > NOTES TO ... >
+    Note 3 — Restructuring"), instead of closing the Item as a level-1 heading would."""
+    if _FILING.match(text):
+        return level, True
+    if not filing:
+        return level, False
+    if _NOTE.match(text):
+        return 4, True
+    if not any(pat.match(text) for pat, _ in _HEADING_RULES) and _is_caps_heading(text):
+        return 3, True
+    return level, True
+
+
 def build_sections(blocks: list[Block], doc_title: str = "") -> list[Section]:
     """Group blocks into sections. Each numbered clause or heading opens a section whose
     path is the chain of enclosing headings. A clause numbered 7.1 nests under the
@@ -104,12 +181,16 @@ def build_sections(blocks: list[Block], doc_title: str = "") -> list[Section]:
     stack: list[tuple[int, str, tuple[int, ...] | None]] = []  # (level, title, number)
     current = Section(path=[])
     sections.append(current)
-    for block in blocks:
+    contents = contents_entries(blocks)
+    filing = False  # a PART or Item heading was seen: an SEC filing's structure
+    for n, block in enumerate(blocks):
         level: int | None = None
         if block.kind == "heading":
             level = block.level or 1
-        elif block.kind == "text":
+        elif block.kind == "text" and n not in contents:
             level = heading_level(block.text)
+            if level is not None:
+                level, filing = _filing_level(block.text, level, filing)
         if level is None:
             current.blocks.append(block)
             continue
