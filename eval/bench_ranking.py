@@ -7,6 +7,7 @@ prints figures, not a test).
     .venv/bin/python eval/bench_ranking.py --json
     .venv/bin/python eval/bench_ranking.py --lexical tantivy    # the lexical index on tantivy (retrieve.lexical)
     .venv/bin/python eval/bench_ranking.py --methods ms_marco,legal --half held   # the two rerankers, held-out halves
+    .venv/bin/python eval/bench_ranking.py --sets cuad --methods default --lost-where   # where the evidence is lost, stage by stage
 
 Stores are built once and cached outside the repository (`--cache`, default
 /tmp/ragkit-rank/), each through the real ingest path (real embedder, real Chroma, real
@@ -378,6 +379,64 @@ SHORT = {"rank1_strict": "rank1", "gold_figure_in_prompt": "fig_in_prompt", "mrr
          "evidence_within_tokens": "ev_within_N", "tokens_to_evidence_mean": "tok_to_ev", "gold_figure_at_5": "fig@5",
          "answer_numbers_in_context": "fig_share_ctx", "prompt_tokens_mean": "prompt_tok", "n": "n",
          "n_with_evidence": "n_evid"}
+
+
+def lost_where(name: str, cache: Path, method: str, gen, limit: int | None, docs: set[str] | None = None) -> dict:
+    """Where the gold evidence is lost, stage by stage, for the items with evidence text and
+    a named document (measured, nothing chosen): whole in some chunk of the document (the
+    strict rule; else chunking lost it), in the first stage's order (hybrid search and the
+    sentence ranking, over every chunk of a document up to `unit_pool_max`, else the
+    hybrid top `candidates`: the order the reranker's pool is cut from) within its first
+    10 / 50 / at all, within the reranked top 10, and in the prompt. Per document size:
+    up to `unit_pool_max` chunks, and over."""
+    from ragkit.eval.metrics_text import evidence_in_text_strict
+    from ragkit.retrieve import retrieve
+
+    settings = settings_for(name, cache, **METHODS.get(method, {}))
+    items = [i for i in items_for(name, limit) if i.doc and (i.evidence or i.evidence_all)]
+    if docs is not None:
+        items = [i for i in items if i.doc in docs]
+    session = session_for(settings)
+    chunks_of: dict[str, list] = {}
+    rows = []
+    t0 = time.perf_counter()
+    for n, item in enumerate(items, 1):
+        r = retrieve(item.question, session, [item.doc], generator=gen)
+        rec = r.docs[0]
+        if rec.doc_id not in chunks_of:
+            chunks_of[rec.doc_id] = session.store.chunks([rec.doc_id])
+        hits = chunks_of[rec.doc_id]
+        spans = [e for e in (item.evidence_all or []) if e] or [item.evidence]
+        gold = {h.id for h in hits if any(evidence_in_text_strict(e, h.text) for e in spans)}
+        first = r.orders.get("first_stage", [])
+        reranked = r.orders.get("reranked", first)
+
+        def rank(order: list[str]) -> int | None:
+            return next((k for k, cid in enumerate(order, 1) if cid in gold), None)
+
+        fr, rr = rank(first), rank(reranked)
+        rows.append({"long": len(hits) > settings.retrieve.unit_pool_max, "in_a_chunk": bool(gold),
+                     "first_10": fr is not None and fr <= 10, "first_50": fr is not None and fr <= 50,
+                     "first_any": fr is not None, "reranked_10": rr is not None and rr <= 10,
+                     "in_prompt": any(c.chunk_id in gold for c in r.prompt.contexts)})
+        if n % 100 == 0:
+            log(f"[{name}/{method} lost-where] {n}/{len(items)} ({time.perf_counter() - t0:.0f} s)")
+    out = {}
+    for part, sel in (("all", rows), ("up to unit_pool_max chunks", [x for x in rows if not x["long"]]),
+                      ("over unit_pool_max chunks", [x for x in rows if x["long"]])):
+        if sel:
+            out[part] = {"n": len(sel), **{k: round(sum(x[k] for x in sel) / len(sel), 3) for k in
+                                           ("in_a_chunk", "first_10", "first_50", "first_any", "reranked_10", "in_prompt")}}
+    return out
+
+
+def print_lost_where(name: str, method: str, res: dict) -> None:
+    print(f"{name} / {method}: gold evidence (strict rule) at each stage, share of items")
+    print("| part | n | whole in a chunk | first stage top 10 | top 50 | anywhere in it | reranked top 10 | in the prompt |")
+    print("|---|---|---|---|---|---|---|---|")
+    for part, f in res.items():
+        print(f"| {part} | {f['n']} | {f['in_a_chunk']:.3f} | {f['first_10']:.3f} | {f['first_50']:.3f} | "
+              f"{f['first_any']:.3f} | {f['reranked_10']:.3f} | {f['in_prompt']:.3f} |")
 
 
 def summarize(rows: list[dict], within: int) -> dict:
@@ -872,6 +931,8 @@ def main() -> None:
     ap.add_argument("--nf-method", default="rerank", help="--not-found: the retrieve settings (a method)")
     ap.add_argument("--nf-docs", type=int, default=10, help="--not-found: documents per half and set")
     ap.add_argument("--nf-offtopic-docs", type=int, default=3, help="--not-found: documents per half asked the off-topic questions")
+    ap.add_argument("--lost-where", action="store_true",
+                    help="where the gold evidence is lost: in a chunk, the first stage's top 10 / 50 / all, reranked, the prompt")
     ap.add_argument("--half", choices=("tune", "held"), default=None,
                     help="only the documents of one seeded half (--seed): held = those that chose no setting")
     ap.add_argument("--nf-max-refused", type=float, default=0.01, help="--not-found: answerable share the floor may refuse (tuning half)")
@@ -909,6 +970,19 @@ def main() -> None:
                         args.nf_max_refused)
         (args.cache / "not-found.json").write_text(json.dumps(res, indent=1))
         print(json.dumps(res, indent=2)) if args.json else print_not_found(res)
+        return
+    if args.lost_where:
+        res = {}
+        for name in names:
+            half = None if args.half is None else seeded_halves(items_for(name), args.seed)[args.half == "held"]
+            res[name] = {m: lost_where(name, args.cache, m, gen, args.limit, docs=half) for m in methods if m != "before"}
+        (args.cache / "lost-where.json").write_text(json.dumps(res, indent=1))
+        if args.json:
+            print(json.dumps(res, indent=2))
+        else:
+            for name, ms in res.items():
+                for m, r in ms.items():
+                    print_lost_where(name, m, r)
         return
     if args.rerank_grid:
         g = rerank_grid(names, args.cache, gen, [int(x) for x in args.pools.split(",")],

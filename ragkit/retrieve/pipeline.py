@@ -33,6 +33,10 @@ class Retrieval:
     abstain_reason: str | None = None  # set when no source is relevant to the question
     timings: dict[str, float] = field(default_factory=dict)  # retrieve_s, prompt_s (rerank_s, rerank_cpu_s when it ran)
     rerank: "RerankInfo | None" = None  # the cross-encoder stage: backend, pool, best score, cost
+    # chunk ids in each stage's order ("first_stage": hybrid search and the sentence ranking,
+    # the order the reranker's pool is cut from; "reranked": after the cross-encoder), for
+    # measuring where evidence is lost (eval/bench_ranking.py --lost-where)
+    orders: dict[str, list[str]] = field(default_factory=dict)
 
 
 def retrieve(question: str, settings: "Session | Settings", docs: list[str] | None = None, *, generator=None,
@@ -81,7 +85,8 @@ def retrieve(question: str, settings: "Session | Settings", docs: list[str] | No
     if rinfo is not None:
         timings.update(rerank_s=rinfo.wall_s, rerank_cpu_s=rinfo.cpu_s)
     why = _abstain_why(prompt, session.settings, calibration, rinfo)
-    return Retrieval(question=question, prompt=prompt, docs=selected, abstain_reason=why, timings=timings, rerank=rinfo)
+    return Retrieval(question=question, prompt=prompt, docs=selected, abstain_reason=why, timings=timings, rerank=rinfo,
+                     orders=notes.get("orders", {}))
 
 
 def _search(session: "Session", store, searched: str, qvec, docs: list[str] | None) -> tuple:
@@ -209,6 +214,8 @@ def rank_stages(question: str, qvec, cands: list[Hit], whole: list[Hit] | None, 
         cands = rank.unit_rank(question, qvec, cands, pool, embedder, dense_weight=rs.unit_dense_weight,
                                lexical_weight=rs.unit_lexical_weight, hybrid_weight=rs.unit_hybrid_weight,
                                heading_weight=rs.unit_heading_weight, rrf_k=rs.rrf_k)
+    if notes is not None:
+        notes.setdefault("orders", {})["first_stage"] = [h.id for h in cands]
     if reranker is not None and cands and rs.rerank_pool > 0:
         from ragkit.retrieve.rerank import rerank_hits
 
@@ -217,6 +224,7 @@ def rank_stages(question: str, qvec, cands: list[Hit], whole: list[Hit] | None, 
                                   tables=rs.rerank_tables if whole is not None else 0)
         if notes is not None:
             notes["rerank"] = info
+            notes["orders"]["reranked"] = [h.id for h in cands]
     if rs.opening_first and whole is not None:
         cands = rank.opening_first(question, cands, whole)
     if rs.dedupe > 0:
