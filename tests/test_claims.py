@@ -131,7 +131,13 @@ def test_retrieval_gate_abstains_off_topic_and_not_on_answerable_with_either_emb
 
     r_off = retrieve("What is the capital of Australia?", store, docs=["bonterms-mutual-nda-v1.pdf"])
     r_on = retrieve("Which law governs the agreement?", store, docs=["cnli_dev_019.pdf"])
-    assert r_off.abstain_reason and "sd above unrelated questions" in r_off.abstain_reason
+    # refused before generation by a retrieval gate: the similarity gate, or the reranker's
+    # not_found floor (MiniLM on Bonterms since 2026-12-06: its letter-spaced logo "B O N T E R
+    # M S" is no longer a section of its own, which had been every probe's nearest chunk and
+    # had set the similarity floor at 0.159 over the off-topic question's 0.142; now 0.083 and
+    # 0.117, and the reranker's best score -5.50 is far under its floor -2.52)
+    assert r_off.abstain_reason and ("sd above unrelated questions" in r_off.abstain_reason
+                                     or "the reranker's best score" in r_off.abstain_reason), r_off.abstain_reason
     assert r_on.abstain_reason is None
     assert off.prompt.best_similarity < on.prompt.best_similarity
 
