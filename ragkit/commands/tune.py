@@ -47,6 +47,7 @@ def checklist_cmd(
     from ragkit.config import load_settings
     from ragkit.session import Session
     from ragkit.tune.checklist import TuneOptions, tune_checklist
+    from ragkit.tune.training import shown_path
 
     with command_errors(as_json):
         settings = load_settings(store=out / "work" / "store")
@@ -54,11 +55,11 @@ def checklist_cmd(
                            choose_share=choose_share, choose_from=str(choose_from) if choose_from else None,
                            candidates=candidates, max_length=max_length, batch_size=batch_size)
         # the command as its options resolved (whatever the caller's argv), for the model card
-        command = " ".join(["ragkit tune checklist", *map(shlex.quote, map(str, sets)), "--out", shlex.quote(str(out)),
-                            *(a for c in corpus or [] for a in ("--corpus", shlex.quote(str(c)))),
+        command = " ".join(["ragkit tune checklist", *map(shlex.quote, map(shown_path, sets)), "--out", shlex.quote(shown_path(out)),
+                            *(a for c in corpus or [] for a in ("--corpus", shlex.quote(shown_path(c)))),
                             "--checklist", shlex.quote(checklist), *(("--base", shlex.quote(base)) if base else ()),
                             "--epochs", str(epochs), "--seed", str(seed), "--choose-share", str(choose_share),
-                            *(("--choose-from", shlex.quote(str(choose_from))) if choose_from else ()), "--candidates", str(candidates), "--max-length", str(max_length), "--batch-size", str(batch_size)])
+                            *(("--choose-from", shlex.quote(shown_path(choose_from))) if choose_from else ()), "--candidates", str(candidates), "--max-length", str(max_length), "--batch-size", str(batch_size)])
         card = tune_checklist(sets, out, Session(settings), opts, corpus=corpus, command=command,
                               log=lambda m: err.print(m, highlight=False, markup=False))
         if as_json:
@@ -101,14 +102,15 @@ def reranker_cmd(
     from ragkit.config import load_settings
     from ragkit.session import Session
     from ragkit.tune.reranker import RerankTuneOptions, tune_reranker
+    from ragkit.tune.training import shown_path
 
     with command_errors(as_json):
         settings = load_settings(store=out / "work" / "store")
         opts = RerankTuneOptions(base=base, epochs=epochs, seed=seed, held_share=held_share, max_docs=max_docs,
                                  per_doc=per_doc, unanswerable=unanswerable, pool=pool, negatives=negatives,
                                  max_length=max_length, batch_size=batch_size, lr=lr)
-        command = " ".join(["ragkit tune reranker", *map(shlex.quote, map(str, sets)), "--out", shlex.quote(str(out)),
-                            *(a for c in corpus or [] for a in ("--corpus", shlex.quote(str(c)))),
+        command = " ".join(["ragkit tune reranker", *map(shlex.quote, map(shown_path, sets)), "--out", shlex.quote(shown_path(out)),
+                            *(a for c in corpus or [] for a in ("--corpus", shlex.quote(shown_path(c)))),
                             "--base", shlex.quote(base), "--epochs", str(epochs), "--seed", str(seed),
                             "--held-share", str(held_share), "--max-docs", str(max_docs), "--per-doc", str(per_doc),
                             "--unanswerable", str(unanswerable), "--pool", str(pool), "--negatives", str(negatives),

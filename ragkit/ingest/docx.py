@@ -406,12 +406,7 @@ def _text_boxes(el) -> list:
             else:
                 walk(child)
 
-    if el.tag == f"{_MC}AlternateContent":
-        choice = _first_choice(el)
-        if choice is not None:
-            walk(choice)
-    else:
-        walk(el)
+    walk([el])
     return out
 
 

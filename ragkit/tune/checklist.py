@@ -30,7 +30,7 @@ from types import SimpleNamespace
 from typing import Callable
 
 from ragkit.tune.labelled import LABELS, LabelledSet
-from ragkit.tune.training import BASES, base_model, export_onnx, split_documents, train
+from ragkit.tune.training import BASES, base_model, export_onnx, shown_path, split_documents, train
 
 LABEL_ORDER = ["Entailment", "Contradiction", "NotMentioned"]
 THRESHOLDS = [round(0.05 * i, 2) for i in range(2, 19)]
@@ -282,7 +282,7 @@ def tune_checklist(sources: list[Path], out: Path, session, opts: TuneOptions, *
     cfg = provisional | {"threshold": threshold, "contradiction_share": share}
     (out / "label_model.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
     card = {
-        "checklist": name, "sources": [s.source for s in sets], "corpus": [str(c) for c in corpus or []],
+        "checklist": name, "sources": [shown_path(s.source) for s in sets], "corpus": [shown_path(c) for c in corpus or []],
         "items": len(examples), "documents": len({e.doc for e in examples}), "train_documents": len(train_docs),
         "choose_documents": sorted(choose_docs), "pairs": len(pairs), "candidate_recall": round(recall, 3),
         "base": BASES.get(opts.base or "minilm", str(opts.base)),

@@ -39,7 +39,7 @@ from typing import Callable
 
 from ragkit.errors import UsageError
 from ragkit.tune.labelled import safe_name
-from ragkit.tune.training import BASES, base_model, export_onnx, split_documents, train
+from ragkit.tune.training import BASES, base_model, export_onnx, shown_path, split_documents, train
 
 CUAD_QUESTIONS = Path(__file__).with_name("cuad_questions.json")
 LICENCES = {"cuad": "CUAD v1 (The Atticus Project; Hendrycks et al., NeurIPS 2021), CC BY 4.0",
@@ -376,8 +376,8 @@ def tune_reranker(sources: list[Path], out: Path, session, opts: RerankTuneOptio
             figures["start"]["model"] = starting  # what it is set against: the base, or today's reranker for minilm
         figures["trained"] = ranking_figures(OnnxCrossEncoder(out, name=out.name, max_length=opts.max_length), held_m)
     card = {
-        "sources": [s.source for s in sets], "licences": sorted({LICENCES[s.kind] for s in sets if s.kind in LICENCES}),
-        "corpus": [str(c) for c in corpus or []], "questions": len(mined), "documents": len(keep),
+        "sources": [shown_path(s.source) for s in sets], "licences": sorted({LICENCES[s.kind] for s in sets if s.kind in LICENCES}),
+        "corpus": [shown_path(c) for c in corpus or []], "questions": len(mined), "documents": len(keep),
         "train_documents": len(train_docs), "held_documents": sorted(held_docs), "pairs": len(pairs),
         "positive_pairs": int(sum(p[2] for p in pairs)), "pool_recall": round(recall, 3),
         "base": BASES.get(opts.base or "minilm", str(opts.base)), "starting_model": opts.base,

@@ -28,6 +28,21 @@ BASES = {"minilm": "minilm: sentence-transformers/all-MiniLM-L6-v2 (gt-all-minil
                              "CC BY 4.0"}
 
 
+def shown_path(path) -> str:
+    """A path as a model card records it: relative to the working directory (the
+    repository, where the Makefile trains), so a committed card names no machine's layout
+    ("../shared/corpora/cuad-train/master_clauses.csv")."""
+    import os
+
+    p = str(path)
+    if not os.path.isabs(p):
+        return p
+    try:
+        return os.path.relpath(p)
+    except ValueError:  # another drive (Windows)
+        return p
+
+
 def split_documents(docs, share: float, seed: int) -> tuple[set[str], set[str]]:
     """(the rest, the part): the documents sorted, shuffled with `seed`, the first
     round(share x n) (at least one when share > 0 and there are two or more) set apart:
