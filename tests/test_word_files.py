@@ -66,9 +66,14 @@ def _ingested(chunks) -> str:
     """The text ingest keeps: the chunks' bodies in order, each section's path (headings
     live there) where its first chunk starts (a long paragraph cut into two chunks reads
     on without the path between its halves)."""
-    out, last = [], None
+    out, last, head = [], None, None
     for c in chunks:
-        out.append(c.text if c.section == last else f"{c.section}\n{c.text}")
+        text = c.text
+        lines = text.split("\n")
+        if c.kind == "table" and c.section == last and head is not None and lines[:2] == head:
+            text = "\n".join(lines[2:])  # a big table's next part repeats its header: read on after it
+        head = lines[:2] if c.kind == "table" else None
+        out.append(text if c.section == last else f"{c.section}\n{text}")
         last = c.section
     return "\n".join(out)
 
