@@ -83,7 +83,6 @@ class _Reader:
     def __init__(self, document, path: Path):
         from docx.opc.constants import RELATIONSHIP_TYPE as RT
 
-        self.path = path
         self.styles: dict[str, str] = {}
         for s in document.styles:
             try:

@@ -15,15 +15,19 @@ from ragkit.ingest.blocks import Block, Chunk, Section
 
 _CN_NUM = "一二三四五六七八九十百千零〇两"
 
+# SEC filings: "PART I — FINANCIAL INFORMATION", "Item 1A. Risk Factors", "Note 4 – Leases"
+_PART = re.compile(r"^(PART|Part)\s+[IVX]+\b")
+_ITEM = re.compile(r"^(ITEM|Item)\s+\d{1,2}[A-Z]?\.(\s|$)")
+_NOTE = re.compile(r"^(NOTE|Note)\s+\d{1,2}\s*[–—:.-]\s*\S")
+
 # (pattern, how to compute the level from the match). Order matters.
 _HEADING_RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], int]]] = [
     # a lowercase word after the number is a sentence ("Section 12 of the Exchange Act",
     # "Article 5 shall survive"), not a heading
     (re.compile(r"^(ARTICLE|Article)\s+([IVXLC]+|\d+)(?![\dIVXLC])\.?(?!\s*[a-z])"), lambda m: 1),
-    # SEC filings: "PART I — FINANCIAL INFORMATION", "Item 1A. Risk Factors", "Note 4 – Leases"
-    (re.compile(r"^(PART|Part)\s+[IVX]+\b"), lambda m: 1),
-    (re.compile(r"^(ITEM|Item)\s+\d{1,2}[A-Z]?\.(\s|$)"), lambda m: 2),
-    (re.compile(r"^(NOTE|Note)\s+\d{1,2}\s*[–—:.-]\s*\S"), lambda m: 3),
+    (_PART, lambda m: 1),
+    (_ITEM, lambda m: 2),
+    (_NOTE, lambda m: 3),
     (re.compile(r"^(SECTION|Section)\s+(\d+(?:\.\d+)*)(?!\.?\d)\.?(?!\s*[a-z])"), lambda m: m.group(2).count(".") + 1),
     (re.compile(rf"^第[{_CN_NUM}\d]+[编]"), lambda m: 1),
     (re.compile(rf"^第[{_CN_NUM}\d]+[章]"), lambda m: 1),
@@ -152,16 +156,12 @@ def contents_entries(blocks: list[Block]) -> set[int]:
     return out
 
 
-_FILING = re.compile(r"^(?:(?:PART|Part)\s+[IVX]+\b|(?:ITEM|Item)\s+\d{1,2}[A-Z]?\.(?:\s|$))")
-_NOTE = re.compile(r"^(NOTE|Note)\s+\d{1,2}\s*[–—:.-]\s*\S")
-
-
 def _filing_level(text: str, level: int, filing: bool) -> tuple[int, bool]:
     """In an SEC filing (once a PART or Item heading is seen) the Items are the frame: an
     ALL-CAPS heading ("NOTES TO THE CONSOLIDATED FINANCIAL STATEMENTS", "CONSOLIDATED
     BALANCE SHEET") sits under the current Item, a Note under that ("Item 8 > NOTES TO ... >
     Note 3 — Restructuring"), instead of closing the Item as a level-1 heading would."""
-    if _FILING.match(text):
+    if _PART.match(text) or _ITEM.match(text):
         return level, True
     if not filing:
         return level, False
