@@ -55,9 +55,15 @@ import ragkit  # noqa: E402,F401  (offline switches)
 SHARED = Path(os.environ.get("RAGKIT_SHARED_CORPORA", "/work/shared/corpora"))
 
 SETS = {
-    "contractnli": {"set": ROOT / "eval/sets/contractnli-dev.jsonl", "within": 1000},
+    # the one ContractNLI split (eval/bench_checklist.py --split 24 wrote it): 34 NDAs choose, 27 are held out
+    "contractnli": {"set": ROOT / "eval/sets/contractnli-dev.jsonl", "within": 1000,
+                    "halves": (ROOT / "eval/sets/contractnli-dev-tune34.jsonl", ROOT / "eval/sets/contractnli-dev-held27.jsonl")},
     "sec": {"set": ROOT / "eval/sets/sec-10q-aapl-amzn-nvda.jsonl", "within": 2000},
     "cuad": {"set": ROOT / "eval/sets/cuad.jsonl", "within": 2000},
+    # 15 long SEC filings (99-503 pages), scored by the gold page(s); split by company in the
+    # set files themselves (ragkit.eval.sets.financebench_split), the one split every tool reads
+    "financebench": {"set": ROOT / "eval/sets/financebench-dev.jsonl", "within": 2000,
+                     "halves": (ROOT / "eval/sets/financebench-dev-tune.jsonl", ROOT / "eval/sets/financebench-dev-held.jsonl")},
 }
 
 # retrieve settings per method; "baseline" is the ranking before issue 14, "default" the
@@ -117,6 +123,8 @@ def corpus_for(name: str, cache: Path) -> list[Path]:
         return [SHARED / "sec-10q-docugami/docs"]
     if name == "cuad":
         return [SHARED / "cuad-10/pdf"]
+    if name == "financebench":
+        return [SHARED / "financebench-dev/pdfs"]
     raise SystemExit(f"unknown set {name!r}; choose from {', '.join(SETS)}")
 
 
@@ -361,7 +369,14 @@ class _Unwrapped:
 SPLIT_SEED = 24
 
 
-def seeded_halves(items, seed: int = SPLIT_SEED) -> tuple[set[str], set[str]]:
+def seeded_halves(items, seed: int = SPLIT_SEED, name: str | None = None) -> tuple[set[str], set[str]]:
+    """(tuning documents, held-out documents). A set whose split is written as two set files
+    (SETS[name]["halves"]) takes it from them: one split for every tool."""
+    files = SETS.get(name or "", {}).get("halves")
+    if files:
+        from ragkit.eval.sets import load_set
+
+        return tuple({i.doc for i in load_set(f)} for f in files)  # type: ignore[return-value]
     docs = sorted({i.doc for i in items})
     random.Random(seed).shuffle(docs)
     return set(docs[: len(docs) // 2]), set(docs[len(docs) // 2 :])
@@ -372,19 +387,20 @@ def halves(items) -> tuple[set[str], set[str]]:
     return set(docs[0::2]), set(docs[1::2])
 
 
-KEYS = ("rank1_strict", "gold_figure_in_prompt", "evidence_strict", "evidence_in_context", "mrr_strict", "mrr", "evidence_within_tokens", "tokens_to_evidence_mean",
+KEYS = ("rank1_strict", "page_hit", "pages_all_hit", "page_hit_at_3", "gold_figure_in_prompt", "evidence_strict", "evidence_in_context", "mrr_strict", "mrr", "evidence_within_tokens", "tokens_to_evidence_mean",
         "gold_figure_at_5", "answer_numbers_in_context", "prompt_tokens_mean", "mrr_strict_any_span",
         "any_span_within_tokens")
-SHORT = {"rank1_strict": "rank1", "gold_figure_in_prompt": "fig_in_prompt", "mrr_strict_any_span": "mrr_any_span", "any_span_within_tokens": "any_span_N", "evidence_strict": "ev_strict", "evidence_in_context": "ev_loose", "mrr_strict": "mrr_strict", "mrr": "mrr_loose",
+SHORT = {"rank1_strict": "rank1", "page_hit": "page_in_prompt", "pages_all_hit": "all_pages", "page_hit_at_3": "page@3", "gold_figure_in_prompt": "fig_in_prompt", "mrr_strict_any_span": "mrr_any_span", "any_span_within_tokens": "any_span_N", "evidence_strict": "ev_strict", "evidence_in_context": "ev_loose", "mrr_strict": "mrr_strict", "mrr": "mrr_loose",
          "evidence_within_tokens": "ev_within_N", "tokens_to_evidence_mean": "tok_to_ev", "gold_figure_at_5": "fig@5",
          "answer_numbers_in_context": "fig_share_ctx", "prompt_tokens_mean": "prompt_tok", "n": "n",
          "n_with_evidence": "n_evid"}
 
 
 def lost_where(name: str, cache: Path, method: str, gen, limit: int | None, docs: set[str] | None = None) -> dict:
-    """Where the gold evidence is lost, stage by stage, for the items with evidence text and
-    a named document (measured, nothing chosen): whole in some chunk of the document (the
-    strict rule; else chunking lost it), in the first stage's order (hybrid search and the
+    """Where the gold evidence is lost, stage by stage, for the items with evidence text (or,
+    financebench, gold pages) and a named document (measured, nothing chosen): whole in
+    some chunk of the document (the strict rule; a set scored by pages: a chunk on a gold
+    page; else chunking lost it), in the first stage's order (hybrid search and the
     sentence ranking, over every chunk of a document up to `unit_pool_max`, else the
     hybrid top `candidates`: the order the reranker's pool is cut from) within its first
     10 / 50 / at all, within the reranked top 10, and in the prompt. Per document size:
@@ -393,7 +409,10 @@ def lost_where(name: str, cache: Path, method: str, gen, limit: int | None, docs
     from ragkit.retrieve import retrieve
 
     settings = settings_for(name, cache, **METHODS.get(method, {}))
-    items = [i for i in items_for(name, limit) if i.doc and (i.evidence or i.evidence_all)]
+    from ragkit.eval.metrics import gold_figure_in
+
+    # the gold: evidence text (strict rule), else gold pages (financebench), else a gold figure (SEC)
+    items = [i for i in items_for(name, limit) if i.doc and (i.evidence or i.evidence_all or i.page or i.answers)]
     if docs is not None:
         items = [i for i in items if i.doc in docs]
     session = session_for(settings)
@@ -407,7 +426,12 @@ def lost_where(name: str, cache: Path, method: str, gen, limit: int | None, docs
             chunks_of[rec.doc_id] = session.store.chunks([rec.doc_id])
         hits = chunks_of[rec.doc_id]
         spans = [e for e in (item.evidence_all or []) if e] or [item.evidence]
-        gold = {h.id for h in hits if any(evidence_in_text_strict(e, h.text) for e in spans)}
+        if item.evidence or item.evidence_all:
+            gold = {h.id for h in hits if any(evidence_in_text_strict(e, h.text) for e in spans)}
+        elif item.page:  # a set scored by its gold pages (financebench): a chunk on any of them
+            gold = {h.id for h in hits if any(_on_page(h.meta, p) for p in (item.pages or [item.page]))}
+        else:  # a set scored by its gold figure (SEC 10-Q): a chunk that holds one
+            gold = {h.id for h in hits if gold_figure_in(item.answers, [h.text])}
         first = r.orders.get("first_stage", [])
         reranked = r.orders.get("reranked", first)
 
@@ -428,6 +452,11 @@ def lost_where(name: str, cache: Path, method: str, gen, limit: int | None, docs
             out[part] = {"n": len(sel), **{k: round(sum(x[k] for x in sel) / len(sel), 3) for k in
                                            ("in_a_chunk", "first_10", "first_50", "first_any", "reranked_10", "in_prompt")}}
     return out
+
+
+def _on_page(meta: dict, page: int) -> bool:
+    start = meta.get("page_start")
+    return start is not None and start <= page <= (meta.get("page_end") or start)
 
 
 def print_lost_where(name: str, method: str, res: dict) -> None:
@@ -534,7 +563,7 @@ def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: 
         res["half_a"] = summarize([r for r in rows if r["doc"] in a], within)
         res["half_b"] = summarize([r for r in rows if r["doc"] in b], within)
     if SEEDED_SPLIT:  # the halves the reranker's settings were chosen and reported on
-        tune, held = seeded_halves(items_for(name), SPLIT_SEED)
+        tune, held = seeded_halves(items_for(name), SPLIT_SEED, name)
         res["tune"] = summarize([r for r in rows if r["doc"] in tune], within)
         res["held"] = summarize([r for r in rows if r["doc"] in held], within)
     if name == "sec":  # per question type (all items: too few per type for halves)
@@ -568,7 +597,7 @@ def rerank_grid(names: list[str], cache: Path, gen, pools: list[int], weights: l
     tune_scores: dict[tuple[int, float], list[float]] = {c: [] for c in combos}
     for name in names:
         items = [i for i in items_for(name) if i.evidence or name == "sec"]
-        tune, held = seeded_halves(items_for(name), seed)
+        tune, held = seeded_halves(items_for(name), seed, name)
         res = {"tune_docs": sorted(tune), "held_docs": sorted(held), "tune": {}, "held": {}}
         log(f"[{name}] tuning on {len(tune)} documents ({sum(i.doc in tune for i in items)} items), "
             f"reporting on {len(held)} ({sum(i.doc in held for i in items)} items)")
@@ -659,7 +688,7 @@ def not_found(names: list[str], cache: Path, gen, seed: int, method: str, docs_p
     for name in names:
         settings = settings_for(name, cache, **METHODS.get(method, {}))
         items = load_set(SETS[name]["set"])
-        tune, held = seeded_halves(items_for(name), seed)
+        tune, held = seeded_halves(items_for(name), seed, name)
         chosen = {"tune": sorted(tune)[:docs_per_half], "held": sorted(held)[:docs_per_half]}
         asked = []
         for half, docs in chosen.items():
@@ -813,7 +842,7 @@ def packing(names: list[str], cache: Path, seed: int, keep_share: float, method:
         path = cache / name / f"records-{method}.jsonl"
         recs = {r["id"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines()) if r}
         items = [i for i in items_for(name) if i.id in recs]
-        tune, held = seeded_halves(items_for(name), seed)
+        tune, held = seeded_halves(items_for(name), seed, name)
 
         def run(rule, docs):
             kept_ev, toks = [], []
@@ -974,7 +1003,7 @@ def main() -> None:
     if args.lost_where:
         res = {}
         for name in names:
-            half = None if args.half is None else seeded_halves(items_for(name), args.seed)[args.half == "held"]
+            half = None if args.half is None else seeded_halves(items_for(name), args.seed, name)[args.half == "held"]
             res[name] = {m: lost_where(name, args.cache, m, gen, args.limit, docs=half) for m in methods if m != "before"}
         (args.cache / "lost-where.json").write_text(json.dumps(res, indent=1))
         if args.json:
@@ -1001,7 +1030,7 @@ def main() -> None:
             out[name]["before"] = measure(name, args.cache, "before", gen, args.limit, args.split, from_records=base)
         for m in methods:
             if m != "before":
-                half = None if args.half is None else seeded_halves(items_for(name), args.seed)[args.half == "held"]
+                half = None if args.half is None else seeded_halves(items_for(name), args.seed, name)[args.half == "held"]
                 out[name][m] = measure(name, args.cache, m, gen, args.limit, args.split, docs=half)
     if args.json:
         print(json.dumps({s: {m: {k: v for k, v in r.items() if k != "rows"} for m, r in ms.items()} for s, ms in out.items()},

@@ -441,3 +441,41 @@ def test_score_item_reports_both_rules_and_tokens_to_evidence():
     assert row["tokens_to_evidence"] == 1100
     assert row["evidence_within_1000_tokens"] is False and row["evidence_within_2000_tokens"] is True
     assert m["mrr"] == 1.0 and m["mrr_strict"] == 0.5 and m["evidence_strict"] == 1.0
+
+
+def test_financebench_dev_is_split_by_company_in_its_set_files():
+    """One split for every tool: the committed tune / held files are the converter's, and no
+    company has a question on both sides; evidence pages are 1-based (upstream 0-based)."""
+    from conftest import ROOT, SHARED
+
+    from ragkit.eval.sets import convert_financebench, load_set
+
+    if not (SHARED / "financebench-dev").exists():
+        pytest.skip(f"the shared corpora are not at {SHARED} (set RAGKIT_SHARED_CORPORA)")
+    for part in ("tune", "held"):
+        committed = [i.to_line() for i in load_set(ROOT / "eval" / "sets" / f"financebench-dev-{part}.jsonl")]
+        assert committed == [i.to_line() for i in convert_financebench(SHARED, part)]
+    company = {p: {t for i in convert_financebench(SHARED, p) for t in i.tags if t.startswith("company:")}
+               for p in ("tune", "held")}
+    assert company["tune"] and company["held"] and not company["tune"] & company["held"]
+    items = {i.id: i for i in convert_financebench(SHARED)}
+    assert len(items) == 31
+    restructuring = next(i for i in items.values() if "restructuring costs" in i.question and "Pepsico" in i.question)
+    assert (restructuring.doc, restructuring.page) == ("PEPSICO_2022_10K.pdf", 78)
+
+
+def test_a_ratio_of_two_statements_needs_both_pages_for_the_strict_page_figure():
+    from ragkit.eval.run import score_item
+    from ragkit.eval.sets import EvalItem
+
+    item = EvalItem(id="q", question="FY2019 fixed asset turnover?", doc="a.pdf", answers=["24.26"], page=69, pages=[69, 70])
+
+    def rec(*pages):
+        return {"id": "q", "status": "ok", "retrieval_only": True, "prompt_tokens": 10, "citations": [],
+                "invalid_citations": [], "contexts": [
+                    {"n": k, "rank": k, "doc": "a.pdf", "page": p, "page_end": p, "text": "x", "chunk_id": f"c{k}",
+                     "tokens": 5} for k, p in enumerate(pages, 1)]}
+
+    one, both = score_item(item, rec(12, 70), 100.0), score_item(item, rec(70, 69), 100.0)
+    assert (one["page_hit"], one["pages_all_hit"]) == (True, False)
+    assert (both["page_hit"], both["pages_all_hit"], both["page_hit_at_1"]) == (True, True, True)

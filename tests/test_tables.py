@@ -99,3 +99,47 @@ def test_prose_pages_stay_prose(name, page):
 def test_contract_pdfs_have_no_tables():
     for pdf in sorted(CORPORA.glob("*.pdf")):
         assert not [b for b in load(pdf) if b.kind == "table"], pdf.name
+
+
+FILINGS = SHARED / "financebench-dev" / "pdfs"
+
+
+@pytest.fixture(scope="module")
+def filing_tables():
+    """The table blocks of two financebench-dev 10-Ks, by page (read once for the tests below)."""
+    if not FILINGS.exists():
+        pytest.skip(f"the shared corpora are not at {SHARED} (set RAGKIT_SHARED_CORPORA)")
+    out: dict[str, dict[int, list[str]]] = {}
+    for name in ("PEPSICO_2022_10K.pdf", "ACTIVISIONBLIZZARD_2019_10K.pdf"):
+        by_page: dict[int, list[str]] = {}
+        for b in load(FILINGS / name):
+            if b.kind == "table":
+                by_page.setdefault(b.page, []).append(b.text)
+        out[name] = by_page
+    return out
+
+
+def _table_with(tables: list[str], row: str) -> str:
+    return next(t for t in tables if row in t)
+
+
+def test_a_statement_that_runs_onto_the_next_page_keeps_its_year_columns(filing_tables):
+    """Activision Blizzard's 2019 10-K: the cash-flow table of page 119 runs onto page 120,
+    whose part has no header of its own; it is read under the years of page 119."""
+    t = _table_with(filing_tables["ACTIVISIONBLIZZARD_2019_10K.pdf"][120], "| Cash paid for interest | 86 | 150 | 145 |")
+    head = t.split("\n", 1)[0]
+    assert re.search(r"\| 2019 \|.*2018.*\| 2017 \|", head), head
+
+
+def test_a_nil_cell_with_its_currency_sign_keeps_its_row_in_the_table(filing_tables):
+    """PepsiCo's 2022 10-K, page 109: "Cost of sales $ — $ 1 $ 32" is the table's first row;
+    read as text, it cut the table off from its header "2022 2021 2020"."""
+    t = _table_with(filing_tables["PEPSICO_2022_10K.pdf"][109], "| Cost of sales | $ — | $ 1 | $ 32 |")
+    assert t.startswith("|  | 2022 | 2021 | 2020 |\n"), t[:80]
+
+
+def test_a_table_broken_by_label_lines_keeps_its_header(filing_tables):
+    """PepsiCo's balance sheet (page 66) breaks at "Commitments and contingencies"; the
+    equity rows below keep the year columns."""
+    t = _table_with(filing_tables["PEPSICO_2022_10K.pdf"][66], "| Retained earnings | 67,800 | 65,165 |")
+    assert t.startswith("|  | 2022 | 2021 |\n"), t[:80]

@@ -149,10 +149,16 @@ def _source_scores(item: EvalItem, ranked: list[dict], contexts: list[dict]) -> 
     texts = [c["text"] for c in ranked]
     pages = [(c.get("page"), c.get("page_end")) for c in ranked]
     figures = item.answerable and not item.label
+    every = item.pages or ([item.page] if item.page else [])
+    def hit(k=None):  # any gold page within the top k contexts
+        return any(M.page_hit(p, pages, k) for p in every) if every else None
+
     return {
-        "page_hit": M.page_hit(item.page, pages),
-        "page_hit_at_1": M.page_hit(item.page, pages, 1),
-        "page_hit_at_3": M.page_hit(item.page, pages, 3),
+        "page_hit": hit(),
+        # every gold page among the contexts (the strict figure: a ratio of two statements needs both)
+        "pages_all_hit": all(M.page_hit(p, pages) for p in every) if every else None,
+        "page_hit_at_1": hit(1),
+        "page_hit_at_3": hit(3),
         "doc_recall": M.doc_recall(item.sources(), [c["doc"] for c in contexts]) if not item.doc else None,
         "answer_numbers_in_context": M.answer_numbers_in_context(item.answers, texts) if figures else None,
         "gold_figure_at_5": M.gold_figure_in(item.answers, texts[:5]) if figures else None,
@@ -298,6 +304,7 @@ def _retrieval_figures(rows: list[dict], ok: list[dict]) -> dict:
     return {
         "evidence_in_context": _mean(rows, "evidence_in_context"),
         "page_hit": _mean(rows, "page_hit"),
+        "pages_all_hit": _mean(rows, "pages_all_hit"),
         "page_hit_at_1": _mean(rows, "page_hit_at_1"),
         "page_hit_at_3": _mean(rows, "page_hit_at_3"),
         "mrr": M.mrr(r["evidence_rank"] for r in ev_rows) if ev_rows else None,

@@ -3,12 +3,13 @@
 Each line of a set is one `EvalItem`:
 
     {"id", "question", "doc"?, "answers": [str], "answers_mode"?: "any"|"all",
-     "evidence"?: str, "page"?: int, "answerable"?: bool, "label"?: str, "tags"?: [str]}
+     "evidence"?: str, "page"?: int, "pages"?: [int], "answerable"?: bool, "label"?: str, "tags"?: [str]}
 
 - `doc`: a file name, with or without extension; the question is asked of that document only.
 - `evidence`: a quote the retrieved context must contain (compared after normalizing
   whitespace, case, hyphenation and quotes; see ragkit.eval.metrics).
-- `page`: 1-based page of the evidence.
+- `page`: 1-based page of the evidence; `pages`: every gold page (1-based) when the
+  evidence lies on several (FinanceBench: a ratio's income statement and balance sheet).
 - `answerable: false`: the right answer is to abstain.
 - `label`: NLI label (Entailment / Contradiction / NotMentioned); the generated answer is
   mapped to a label by `ragkit.eval.metrics.nli_label`.
@@ -45,6 +46,7 @@ class EvalItem(BaseModel):
     evidence: str | None = None
     evidence_all: list[str] = Field(default_factory=list)  # every annotated span (ContractNLI, CUAD); a quote may match any
     page: int | None = Field(None, ge=1)
+    pages: list[int] = Field(default_factory=list)  # every gold page when there are several (`page` is the first)
     answerable: bool = True
     label: str | None = None
     tags: list[str] = Field(default_factory=list)
@@ -64,7 +66,7 @@ class EvalItem(BaseModel):
     def to_line(self) -> str:
         d = self.model_dump(exclude_defaults=True)
         d.setdefault("answers", [])
-        order = ["id", "question", "doc", "answers", "answers_mode", "evidence", "evidence_all", "page", "answerable", "label", "tags"]
+        order = ["id", "question", "doc", "answers", "answers_mode", "evidence", "evidence_all", "page", "pages", "answerable", "label", "tags"]
         return json.dumps({k: d[k] for k in order if k in d}, ensure_ascii=False)
 
 
@@ -311,12 +313,66 @@ def convert_sec10q(corpora: Path, *, available_only: bool = False) -> list[EvalI
     return items
 
 
+# -- FinanceBench (the development slice: 15 long SEC filings, 31 questions)
+
+# The one split of financebench-dev, by company (a company's filings and questions on one
+# side): the companies sorted and shuffled with this seed, the first half (rounded down)
+# chooses, the rest is held out. Every tool reads the two set files it writes
+# (financebench-dev-tune.jsonl, financebench-dev-held.jsonl), never a split of its own.
+FINANCEBENCH_SPLIT_SEED = 24
+
+
+def financebench_split(companies: Iterable[str], seed: int = FINANCEBENCH_SPLIT_SEED) -> tuple[set[str], set[str]]:
+    """(choosing companies, held-out companies)."""
+    import random
+
+    names = sorted(set(companies))
+    random.Random(seed).shuffle(names)
+    return set(names[: len(names) // 2]), set(names[len(names) // 2 :])
+
+
+def convert_financebench(corpora: Path, part: Literal["all", "tune", "held"] = "all") -> list[EvalItem]:
+    """FinanceBench's questions over the 15 filings of `financebench-dev/`: the answer (free
+    text, figures scored numerically), every evidence page (upstream 0-based, here 1-based
+    as `page` / `pages`), the question's type and reasoning and the company as tags. The
+    upstream evidence text is left out: it was extracted by another PDF reader (tables read
+    differently), so the strict quote rule would measure the reader, not retrieval; the
+    page is the gold. `part`: the whole set, or one side of `financebench_split`."""
+    base = corpora / "financebench-dev"
+    rows = [json.loads(line) for line in _need(base / "questions.jsonl").read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+    tune, held = financebench_split(r["company"] for r in rows)
+    keep = {"all": tune | held, "tune": tune, "held": held}[part]
+    items = []
+    for r in rows:
+        if r["company"] not in keep:
+            continue
+        pages = list(dict.fromkeys(int(e["evidence_page_num"]) + 1 for e in r["evidence"]
+                                   if e.get("doc_name", r["doc_name"]) == r["doc_name"]))
+        tags = [f"company:{r['company']}", f"type:{r['question_type']}"]
+        if r.get("question_reasoning"):
+            tags.append(f"reasoning:{r['question_reasoning']}")
+        items.append(EvalItem(
+            id=f"fb-{r['financebench_id'].rsplit('_', 1)[-1]}",
+            question=r["question"].strip(),
+            doc=f"{r['doc_name']}.pdf",
+            answers=[r["answer"].strip()],
+            page=pages[0] if pages else None,
+            pages=pages if len(pages) > 1 else [],
+            tags=tags,
+        ))
+    return items
+
+
 CONVERTERS: dict[str, tuple[Callable[[Path], list[EvalItem]], str]] = {
     "contractnli-dev": (lambda c: convert_contractnli(c), "ContractNLI dev, 61 NDAs x 17 hypotheses (1,037)"),
     "contractnli-rendered8": (lambda c: convert_contractnli(c, rendered_only=True), "ContractNLI dev, the 8 NDAs rendered as files"),
     "cuad": (convert_cuad, "CUAD, 10 contracts x 41 clause categories (410)"),
     "sec-10q": (lambda c: convert_sec10q(c), "Docugami SEC 10-Q QnA (195)"),
     "sec-10q-aapl-amzn-nvda": (lambda c: convert_sec10q(c, available_only=True), "SEC 10-Q questions whose filings are in docs/"),
+    "financebench-dev": (lambda c: convert_financebench(c), "FinanceBench, 31 questions over 15 long SEC filings"),
+    "financebench-dev-tune": (lambda c: convert_financebench(c, "tune"), "financebench-dev: the companies that choose"),
+    "financebench-dev-held": (lambda c: convert_financebench(c, "held"), "financebench-dev: the held-out companies"),
 }
 
 

@@ -279,7 +279,7 @@ def _load_pdf_pdfium(path: Path, *, max_pages: int, ocr_lang: str = "eng", table
     import pypdfium2 as pdfium
 
     from ragkit.ingest import ocr
-    from ragkit.ingest.tables import find_tables, split_page
+    from ragkit.ingest.tables import carry_headers, find_tables, split_page
 
     try:
         pdf = pdfium.PdfDocument(str(path))
@@ -296,6 +296,7 @@ def _load_pdf_pdfium(path: Path, *, max_pages: int, ocr_lang: str = "eng", table
             raise DocumentError(str(path), f"PDF has {n} pages, over the limit of {max_pages} (setting ingest.max_pages)")
         blocks: list[Block] = []
         exe = ocr.tesseract()
+        last_table = None  # the previous page's last table, when the page ended in it (carry_headers)
         for i in range(n):
             page = pdf[i]
             try:
@@ -306,7 +307,7 @@ def _load_pdf_pdfium(path: Path, *, max_pages: int, ocr_lang: str = "eng", table
                 found = []
                 if tables and text.strip():
                     try:
-                        found = find_tables(tp, text)
+                        found = carry_headers(find_tables(tp, text), last_table)
                     except Exception:  # a heuristic must never cost the document its text
                         found = []
                 tp.close()
@@ -322,7 +323,11 @@ def _load_pdf_pdfium(path: Path, *, max_pages: int, ocr_lang: str = "eng", table
                         raise DocumentError(str(path), f"page {i + 1}: {exc}") from None
                     STATS["ocr_pages"] += 1
                     STATS["ocr_s"] += time.perf_counter() - t2
-                blocks.extend(_page_pieces_blocks(split_page(text, found), i + 1))
+                pieces = split_page(text, found)
+                blocks.extend(_page_pieces_blocks(pieces, i + 1))
+                # a table runs on only when nothing but the page's footer (a page number) follows it
+                ends_in_table = bool(found) and len(" ".join(pieces[-1][1].split())) <= 40
+                last_table = found[-1] if ends_in_table else None
             finally:
                 page.close()
         return blocks

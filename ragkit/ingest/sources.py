@@ -17,7 +17,9 @@ from ragkit.ingest.sections import build_sections, chunk_sections
 # How a format is read, where it changed since `chunking_key`'s version: a file of that
 # format ingested before is read again, the others are left as they are.
 # docx2: every text a reader sees, tracked changes, notes and comments (ragkit/ingest/docx.py)
-READER_VERSIONS = {".docx": "docx2"}
+# pdf2: a table's headers carried onto its parts (a statement run onto the next page, or broken by
+# label lines) and "$ —" read as a cell (ragkit/ingest/tables.py); contents pages open no section
+READER_VERSIONS = {".docx": "docx2", ".pdf": "pdf2"}
 
 
 def doc_id_for(sha256: str, chunking: str = "", suffix: str = "") -> str:

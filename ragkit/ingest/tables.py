@@ -24,7 +24,10 @@ from dataclasses import dataclass, field
 
 # a value cell: $ 1,234 / (393) / 37.0 % / — / 1.2x ; the $ and % may be separate glyph runs
 _NUM = re.compile(r"^[\$€£¥]?\s*\(?\s*[\$€£¥]?\s*(\d[\d,]*(\.\d+)?|\.\d+)\s*\)?\s*%?\)?$")
-_DASH = re.compile(r"^[—–\-−]+$")
+# a nil cell: "—", or "$ —" once a lone currency sign has joined it (_merge_units); left
+# unread, a first row "Cost of sales $ — $ 1 $ 32" ended the table above it, so the year
+# header lost its table (a third of the tables of four 10-Ks had no header)
+_DASH = re.compile(r"^(?:[\$€£¥]\s*)?[—–\-−]+$")
 _YEAR = re.compile(r"^(19|20)\d\d$")
 # a text-layer line that ends in at least two numbers: the cheap test for a table page
 _ROWISH = re.compile(r"(?:^|\s)(?:\$\s*)?\(?[\d][\d,.]*\)?\s*%?\s+(?:\$\s*)?\(?[\d][\d,.]*\)?\s*%?\s*$")
@@ -79,6 +82,39 @@ class Table:
     chars: set[int]  # text-layer indices the table consumed
     rows: int
     cols: int
+    heads: list[str] = field(default_factory=list)  # the column headers ("" where none was found)
+    centres: list[float] = field(default_factory=list)  # each value column's x centre
+    h: float = 0.0  # the body's glyph height
+
+    @property
+    def headless(self) -> bool:
+        return not any(self.heads)
+
+
+def carry_headers(tables: list[Table], before: Table | None = None) -> list[Table]:
+    """A table found with no column headers, whose value columns stand where those of the
+    table before it stand (the same page, or the last table of the page before: a statement
+    that runs on, or one broken by a run of label lines such as "Commitments and
+    contingencies"), takes that table's headers: the years and periods a figure is read by
+    stay on every part. `before`: the previous page's last table."""
+    out: list[Table] = []
+    prev = before
+    for t in tables:
+        if t.headless and prev is not None and not prev.headless and _aligned(t, prev):
+            lines = t.markdown.split("\n")
+            head = prev.markdown.split("\n", 1)[0]
+            t = Table("\n".join([head] + lines[1:]), t.first_char, t.chars, t.rows, t.cols, list(prev.heads),
+                      t.centres, t.h)
+        out.append(t)
+        prev = t
+    return out
+
+
+def _aligned(a: Table, b: Table) -> bool:
+    if a.cols != b.cols or len(a.centres) != len(b.centres) or not a.centres:
+        return False
+    tol = 2.0 * max(a.h, b.h, 1.0)
+    return all(abs(x - y) <= tol for x, y in zip(a.centres, b.centres))
 
 
 def _char_boxes(textpage, text: str):
@@ -137,7 +173,7 @@ def _lines(chars, text: str) -> list[_Line]:
         prev = None
         for c in g:
             gap = c[2] - prev[3] if prev is not None else 0.0
-            numeric_edge = prev is not None and prev[1] in "0123456789)%" and c[1] in "0123456789$€£(—–-"
+            numeric_edge = prev is not None and prev[1] in "0123456789)%—–" and c[1] in "0123456789$€£(—–-"
             if prev is None or gap > max(1.3 * h, 4.0) or (numeric_edge and gap > 0.6 * h):
                 segs.append(_Seg(c[2], c[3], c[1], [c[0]]))
             else:
@@ -343,7 +379,8 @@ def _table_at(lines: list[_Line], first: int, last: int) -> Table | None:
     md = ["| " + " | ".join(head_row) + " |", "|" + "---|" * len(head_row)]
     md += ["| " + " | ".join(r) + " |" for r in md_rows]
     used = [c for ln in header + body for c in ln.idx]
-    return Table("\n".join(md), min(used), set(used), len(md_rows), len(cols))
+    return Table("\n".join(md), min(used), set(used), len(md_rows), len(cols), [" ".join(x) for x in heads],
+                 [(a + b) / 2 for a, b in cols], h)
 
 
 def split_page(text: str, tables: list[Table]) -> list[tuple[str, str]]:
