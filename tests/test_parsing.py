@@ -171,3 +171,32 @@ def test_contents_entries_are_text_but_the_headings_they_name_are_headings():
     sections = build_sections([Block(t, page=1) for t in toc] + [Block(t, page=2) for t in body])
     assert [s.path for s in sections] == [[], ["ARTICLE 1"], ["12. CONFIDENTIALITY"]]
     assert [b.text for b in sections[0].blocks] == toc
+
+
+def test_a_financial_statement_is_a_section_under_its_title():
+    """Verizon's and PepsiCo's 10-Ks (financebench-dev): each primary statement's tables are
+    cited, and searched, under the statement's title, within the Item that holds them;
+    PepsiCo's title line ("Consolidated Statement of Income") is followed by lines that were
+    read into it ("PepsiCo, Inc. and Subsidiaries Fiscal years ended ...")."""
+    folder = SHARED / "financebench-dev" / "pdfs"
+    if not folder.exists():
+        pytest.skip(f"the shared corpora are not at {SHARED} (set RAGKIT_SHARED_CORPORA)")
+
+    def statement_of(name: str, row: str) -> list[str]:
+        return next(s.path for s in sections_of(folder / name)
+                    if any(b.kind == "table" and row in b.text for b in s.blocks))
+
+    vz = statement_of("VERIZON_2022_10K.pdf", "| Total current assets |")
+    assert vz[0] == "PART II" and vz[1].startswith("Item 8.") and vz[-1] == "Consolidated Balance Sheets"
+    pep = statement_of("PEPSICO_2022_10K.pdf", "| Net Revenue | $ 86,392 |")
+    assert pep[-1] == "Consolidated Statement of Income", pep
+
+
+@pytest.mark.parametrize("line, heading", [
+    ("CONSOLIDATED STATEMENTS OF CASH FLOWS", True), ("Consolidated Balance Sheets (in millions)", True),
+    ("Condensed Consolidated Statements of Operations (Unaudited)", True), ("Notes to Consolidated Financial Statements", True),
+    ("Consolidated Balance Sheets F-4", False), ("Consolidated Statements of Cash Flows 73", False),
+    ("Notes to Consolidated Financial Statements (continued)", False),
+    ("Consolidated Statements of Income for the years ended December 31, 2022 were", False)])
+def test_statement_titles_open_a_section_but_contents_lines_and_repeats_do_not(line, heading):
+    assert (heading_level(line) is not None) is heading

@@ -1,4 +1,4 @@
-"""`ragkit tune checklist SET... --out DIR`: train a checklist's label model from labelled documents."""
+"""`ragkit tune checklist | reranker | embedder SET... --out DIR`: train the models ragkit ships on labelled documents."""
 
 from __future__ import annotations
 
@@ -125,3 +125,50 @@ def reranker_cmd(
             err.print(f"wrote {out} ({card['size_mb']} MB); on {len(card['held_documents'])} held-out documents gold first "
                       f"{s.get('gold_first')} -> {t.get('gold_first')}, MRR {s.get('mrr')} -> {t.get('mrr')}; "
                       f"training {card['train_s'] / 60:.1f} min", highlight=False, markup=False)
+
+
+@tune_app.command("embedder")
+def embedder_cmd(
+    sets: list[Path] = typer.Argument(..., help="labelled sets with their texts: CUAD's master_clauses.csv (texts in txt/ "
+                                                  "beside it) or ContractNLI .json files (texts inside)"),
+    out: Path = typer.Option(..., "--out", help="folder the model is written to (model/, a sentence-transformers folder "
+                                                 "for embed.model; training.json); its work/ subfolder keeps the chunked texts"),
+    base: Optional[str] = typer.Option(None, "--base", help="what training starts from: minilm (the default embedder) or a "
+                                                           "sentence-transformers folder"),
+    epochs: float = typer.Option(1.0, "--epochs"),
+    seed: int = typer.Option(24, "--seed"),
+    held_share: float = typer.Option(0.1, "--held-share", min=0.0, max=0.5,
+                                     help="share of the documents, chosen by the seed, that train nothing and give the figures"),
+    max_docs: int = typer.Option(300, "--max-docs", min=0, help="documents of each set, sampled with the seed (0: all)"),
+    per_doc: int = typer.Option(6, "--per-doc", min=1, help="answerable questions per document"),
+    max_length: int = typer.Option(256, "--max-length", min=32, max=512),
+    batch_size: int = typer.Option(32, "--batch-size", min=2),
+    lr: float = typer.Option(3e-5, "--lr"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Fine-tune the embedder (retrieval's first stage) on labelled questions: each
+    question's gold chunk against the best BM25 chunk of its document that holds no gold and
+    the batch's other passages, fp32, figures on held-out documents. Point `embed.model` at
+    OUT/model and ingest into a new store to use it (a store keeps its embedder's vectors)."""
+    from ragkit.config import load_settings
+    from ragkit.session import Session
+    from ragkit.tune.embedder import EmbedTuneOptions, tune_embedder
+    from ragkit.tune.training import shown_path
+
+    with command_errors(as_json):
+        settings = load_settings(store=out / "work" / "store")
+        opts = EmbedTuneOptions(max_docs=max_docs, per_doc=per_doc, held_share=held_share, epochs=epochs,
+                                batch_size=batch_size, lr=lr, max_length=max_length, seed=seed, base=base)
+        command = " ".join(["ragkit tune embedder", *map(shlex.quote, map(shown_path, sets)), "--out", shlex.quote(shown_path(out)),
+                            *(("--base", shlex.quote(base)) if base else ()), "--epochs", str(epochs), "--seed", str(seed),
+                            "--held-share", str(held_share), "--max-docs", str(max_docs), "--per-doc", str(per_doc),
+                            "--max-length", str(max_length), "--batch-size", str(batch_size), "--lr", str(lr)])
+        card = tune_embedder(sets, out, Session(settings), opts, command=command,
+                             log=lambda m: err.print(m, highlight=False, markup=False))
+        if as_json:
+            print_json(card)
+        else:
+            b, t = card["held_out_figures"]["base"], card["held_out_figures"]["trained"]
+            err.print(f"wrote {out / 'model'}; on {card['documents']['held_out']} held-out documents gold chunk in the top 10 "
+                      f"{b['top10']} -> {t['top10']}, MRR {b['mrr']} -> {t['mrr']}; training {card['training_minutes']} min",
+                      highlight=False, markup=False)

@@ -180,7 +180,7 @@ def _load_plain(text: str) -> list[Block]:
 def _paragraphs(lines: list[str]) -> list[str]:
     """Join wrapped lines into paragraphs. A blank line, or a line that starts a numbered
     clause or heading, starts a new paragraph."""
-    from ragkit.ingest.sections import starts_new_block
+    from ragkit.ingest.sections import starts_new_block, statement_title
 
     out: list[str] = []
     buf: list[str] = []
@@ -195,6 +195,9 @@ def _paragraphs(lines: list[str]) -> list[str]:
             out.append(" ".join(buf))
             buf = []
         buf.append(line)
+        if statement_title(line):
+            out.append(" ".join(buf))
+            buf = []
     if buf:
         out.append(" ".join(buf))
     return [_dehyphenate(p) for p in out]

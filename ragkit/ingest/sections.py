@@ -19,6 +19,19 @@ _CN_NUM = "一二三四五六七八九十百千零〇两"
 _PART = re.compile(r"^(PART|Part)\s+[IVX]+\b")
 _ITEM = re.compile(r"^(ITEM|Item)\s+\d{1,2}[A-Z]?\.(\s|$)")
 _NOTE = re.compile(r"^(NOTE|Note)\s+\d{1,2}\s*[–—:.-]\s*\S")
+# a financial statement's title on a line of its own, in capitals or title case, with at most
+# its unit in brackets: "CONSOLIDATED BALANCE SHEETS", "Consolidated Statements of Cash Flows
+# (in millions)", "Condensed Consolidated Statements of Operations", and the notes' own title
+# ("Notes to Consolidated Financial Statements"). Nothing may follow (a contents line ends in
+# its page, "F-4" or "73"), so the statement's tables are cited, and searched, under its name;
+# a page's "(continued)" repeat is text (a heading there would nest under the note it interrupts).
+_STATEMENT = re.compile(
+    r"^(?:(?:CONDENSED\s+)?(?:CONSOLIDATED|COMBINED)\s+(?:STATEMENTS?\s+OF\s+[A-Z][A-Z ,’'/&()-]{3,60}?|BALANCE\s+SHEETS?)"
+    r"|(?:Condensed\s+)?(?:Consolidated|Combined)\s+(?:Statements?\s+of\s+(?:(?:[A-Z][\w’'/&()-]*|and|of|in)\s*){1,8}?"
+    r"|Balance\s+Sheets?)"
+    r"|(?:NOTES\s+TO\s+(?:THE\s+)?(?:CONDENSED\s+)?CONSOLIDATED\s+FINANCIAL\s+STATEMENTS"
+    r"|Notes\s+to\s+(?:the\s+)?(?:Condensed\s+)?Consolidated\s+Financial\s+Statements))"
+    r"\s*(?:\((?![Cc]ontinued|CONTINUED)[^()]{0,60}\))?\s*$")
 
 # (pattern, how to compute the level from the match). Order matters.
 _HEADING_RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], int]]] = [
@@ -28,6 +41,7 @@ _HEADING_RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], int]]] = [
     (_PART, lambda m: 1),
     (_ITEM, lambda m: 2),
     (_NOTE, lambda m: 3),
+    (_STATEMENT, lambda m: 1),
     (re.compile(r"^(SECTION|Section)\s+(\d+(?:\.\d+)*)(?!\.?\d)\.?(?!\s*[a-z])"), lambda m: m.group(2).count(".") + 1),
     (re.compile(rf"^第[{_CN_NUM}\d]+[编]"), lambda m: 1),
     (re.compile(rf"^第[{_CN_NUM}\d]+[章]"), lambda m: 1),
@@ -67,6 +81,13 @@ def _is_caps_heading(text: str) -> bool:
     if sum(c.isdigit() for c in t) > len(letters):  # a table row, "SOFR + 0.850 1.99 267"
         return False
     return all(c.isupper() for c in letters) and len(t.split()) <= 10
+
+
+def statement_title(line: str) -> bool:
+    """A financial statement's title standing alone ("Consolidated Statement of Income"):
+    it ends its block too, so the lines under it ("PepsiCo, Inc. and Subsidiaries", the
+    periods) are not read as part of the title."""
+    return bool(_STATEMENT.match(line.strip()))
 
 
 def starts_new_block(line: str) -> bool:
@@ -167,7 +188,7 @@ def _filing_level(text: str, level: int, filing: bool) -> tuple[int, bool]:
         return level, False
     if _NOTE.match(text):
         return 4, True
-    if not any(pat.match(text) for pat, _ in _HEADING_RULES) and _is_caps_heading(text):
+    if _STATEMENT.match(text) or (not any(pat.match(text) for pat, _ in _HEADING_RULES) and _is_caps_heading(text)):
         return 3, True
     return level, True
 
