@@ -165,6 +165,12 @@ def contents_entries(blocks: list[Block]) -> set[int]:
                 # on a contents page, a part's line with only its page number is an entry too ("PART II. 28")
                 out.update(i for i, b in enumerate(blocks) if b.page == page and b.kind == "text"
                            and _page_number_only(b.text) and heading_level(b.text) is not None)
+                # and a heading-like line between two entries, though it names no page (PepsiCo's
+                # MD&A contents: "CONSOLIDATED STATEMENT OF EQUITY 65", "NOTES TO THE CONSOLIDATED
+                # FINANCIAL STATEMENTS", "Note 1 – Basis of Presentation and Our Divisions 66")
+                out.update(i for i, b in enumerate(blocks) if b.page == page and b.kind == "text"
+                           and 0 < i < len(blocks) - 1 and i - 1 in out and i + 1 in out
+                           and heading_level(b.text) is not None)
         return out
     run: list[int] = []
     for i in cands + [None]:
@@ -188,7 +194,12 @@ def _filing_level(text: str, level: int, filing: bool) -> tuple[int, bool]:
         return level, False
     if _NOTE.match(text):
         return 4, True
-    if _STATEMENT.match(text) or (not any(pat.match(text) for pat, _ in _HEADING_RULES) and _is_caps_heading(text)):
+    if _STATEMENT.match(text):
+        # the notes' own title heads the notes (3); a statement sits under the company line
+        # above it ("NVIDIA CORPORATION AND SUBSIDIARIES > CONDENSED CONSOLIDATED STATEMENTS OF
+        # INCOME"), whose name a question often gives
+        return (3 if text.lstrip()[:5].upper() == "NOTES" else 4), True
+    if not any(pat.match(text) for pat, _ in _HEADING_RULES) and _is_caps_heading(text):
         return 3, True
     return level, True
 
