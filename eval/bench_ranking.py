@@ -8,6 +8,7 @@ prints figures, not a test).
     .venv/bin/python eval/bench_ranking.py --lexical tantivy    # the lexical index on tantivy (retrieve.lexical)
     .venv/bin/python eval/bench_ranking.py --methods ms_marco,legal --half held   # the two rerankers, held-out halves
     .venv/bin/python eval/bench_ranking.py --sets cuad --methods default --lost-where   # where the evidence is lost, stage by stage
+    .venv/bin/python eval/bench_ranking.py --sets financebench,cuad,sec,contractnli --seeded-split --lost-where  # per half
 
 Stores are built once and cached outside the repository (`--cache`, default
 /tmp/ragkit-rank/), each through the real ingest path (real embedder, real Chroma, real
@@ -19,6 +20,12 @@ BM25 index):
 - sec: the SEC 10-Q single-document questions (the items with a `doc`) of
   `sets/sec-10q-aapl-amzn-nvda.jsonl` over the 12 filings (PDF).
 - cuad: `sets/cuad.jsonl` (items with a gold clause) over the 10 CUAD contracts (PDF).
+- financebench: `sets/financebench-dev.jsonl` over its 15 long filings (PDF), scored by the
+  gold page(s) among the prompt's pages.
+
+`--half tune|held` and `--seeded-split` take a set's halves from its split files where it
+has them (ContractNLI: contractnli-dev-tune34 / held27; financebench-dev: -tune / -held),
+the one split every tool reads; CUAD and SEC from `seeded_halves` (seed 24).
 
 Each item is retrieved as `ragkit eval run --retrieval-only` retrieves it
 (`ragkit.retrieve.retrieve(question, settings, docs=[doc])`) and scored by
@@ -412,7 +419,8 @@ def lost_where(name: str, cache: Path, method: str, gen, limit: int | None, docs
     from ragkit.eval.metrics import gold_figure_in
 
     # the gold: evidence text (strict rule), else gold pages (financebench), else a gold figure (SEC)
-    items = [i for i in items_for(name, limit) if i.doc and (i.evidence or i.evidence_all or i.page or i.answers)]
+    items = [i for i in items_for(name, limit)
+             if i.doc and (i.evidence or i.evidence_all or i.page or (name == "sec" and i.answers))]
     if docs is not None:
         items = [i for i in items if i.doc in docs]
     session = session_for(settings)
@@ -439,15 +447,20 @@ def lost_where(name: str, cache: Path, method: str, gen, limit: int | None, docs
             return next((k for k, cid in enumerate(order, 1) if cid in gold), None)
 
         fr, rr = rank(first), rank(reranked)
-        rows.append({"long": len(hits) > settings.retrieve.unit_pool_max, "in_a_chunk": bool(gold),
+        rows.append({"doc": item.doc, "long": len(hits) > settings.retrieve.unit_pool_max, "in_a_chunk": bool(gold),
                      "first_10": fr is not None and fr <= 10, "first_50": fr is not None and fr <= 50,
                      "first_any": fr is not None, "reranked_10": rr is not None and rr <= 10,
                      "in_prompt": any(c.chunk_id in gold for c in r.prompt.contexts)})
         if n % 100 == 0:
             log(f"[{name}/{method} lost-where] {n}/{len(items)} ({time.perf_counter() - t0:.0f} s)")
     out = {}
-    for part, sel in (("all", rows), ("up to unit_pool_max chunks", [x for x in rows if not x["long"]]),
-                      ("over unit_pool_max chunks", [x for x in rows if x["long"]])):
+    parts = [("all", rows), ("up to unit_pool_max chunks", [x for x in rows if not x["long"]]),
+             ("over unit_pool_max chunks", [x for x in rows if x["long"]])]
+    if SEEDED_SPLIT:  # --seeded-split: the halves apart (the held-out one first: it chose nothing)
+        tune, held = seeded_halves(items_for(name), SPLIT_SEED, name)
+        parts = [("held-out half", [x for x in rows if x["doc"] in held]),
+                 ("tuning half", [x for x in rows if x["doc"] in tune])] + parts
+    for part, sel in parts:
         if sel:
             out[part] = {"n": len(sel), **{k: round(sum(x[k] for x in sel) / len(sel), 3) for k in
                                            ("in_a_chunk", "first_10", "first_50", "first_any", "reranked_10", "in_prompt")}}

@@ -24,7 +24,7 @@ def test_tune_embedder_writes_a_model_that_learned_and_loads_as_the_embedder(tmp
     from ragkit.models import resolve
     from ragkit.retrieve import retrieve
     from ragkit.session import Session
-    from ragkit.tune.embedder import chunk_texts, ranking_figures
+    from ragkit.tune.embedder import chunk_texts, triplets
     from ragkit.tune.reranker import read_queries
 
     src = _small_cuad(tmp_path / "cuad", 3)
@@ -37,18 +37,20 @@ def test_tune_embedder_writes_a_model_that_learned_and_loads_as_the_embedder(tmp
     assert set(card["held_out_figures"]) == {"base", "trained"}
     assert (out / "model" / "config.json").is_file() and (out / "training.json").is_file()
 
-    # it learned: on its own training questions the gold chunk ranks higher than with MiniLM
+    # it learned: on its own training triplets the gold chunk stands further above the hard
+    # negative than with MiniLM (the three shortest contracts are too short for ranks to move)
     qs = read_queries(src)
     session = Session(make_settings(out / "work" / "store"))
     chunks = chunk_texts(qs.texts, out / "work", session)
     held = set(card["held_out_docs"])
-    train_qs = [q for q in qs.queries if q.doc not in held]
-    figs = {}
+    data = triplets([q for q in qs.queries if q.doc not in held], chunks, 24)
+    assert len(data) == card["training_questions"]
+    margin = {}
     for label, folder in (("base", resolve("minilm", "embedder", tmp_path / "cache")), ("trained", out / "model")):
         m = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
-        figs[label] = ranking_figures(lambda t, m=m: m.encode(t, normalize_embeddings=True), train_qs, chunks)
-    assert figs["trained"]["questions"] == figs["base"]["questions"] > 0
-    assert figs["trained"]["mrr"] > figs["base"]["mrr"], figs
+        q, p, n = (m.encode([t[k] for t in data], normalize_embeddings=True) for k in range(3))
+        margin[label] = float(((q * p).sum(1) - (q * n).sum(1)).mean())
+    assert margin["trained"] > margin["base"] + 0.05, margin
     session.close()
 
     # it loads as embed.model: a real NDA ingested into a new store and a question retrieved from it
