@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ from ragkit.ingest.loaders import load
 from ragkit.ingest.sections import build_sections, chunk_sections, heading_level
 
 
+@functools.lru_cache(maxsize=4)
 def sections_of(path: Path):
+    """A document's sections, read once per test session (PepsiCo's 503-page 10-K is read by two tests)."""
     return build_sections(load(path))
 
 
