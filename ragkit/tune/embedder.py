@@ -147,7 +147,9 @@ def train_embedder(data: list[tuple[str, str, str]], base: Path, out: Path, opts
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-    from transformers import TrainerCallback, set_seed
+    from transformers import set_seed
+
+    from ragkit.tune.training import progress_callback
 
     set_seed(opts.seed)
     torch.manual_seed(opts.seed)
@@ -157,16 +159,6 @@ def train_embedder(data: list[tuple[str, str, str]], base: Path, out: Path, opts
                             "negative": [t[2] for t in data]})
     steps = max(1, int(len(data) * opts.epochs / opts.batch_size))
 
-    class Progress(TrainerCallback):
-        t0 = time.perf_counter()
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            done = state.global_step
-            el = time.perf_counter() - self.t0
-            eta = el / max(done, 1) * (state.max_steps - done)
-            log(f"  step {done}/{state.max_steps}  loss {(logs or {}).get('loss', float('nan')):.4f}  "
-                f"{el / 60:.1f} min, about {eta / 60:.1f} min left")
-
     args = SentenceTransformerTrainingArguments(
         output_dir=str(out / "checkpoints"), num_train_epochs=opts.epochs, per_device_train_batch_size=opts.batch_size,
         learning_rate=opts.lr, warmup_ratio=0.1, weight_decay=0.01, seed=opts.seed, data_seed=opts.seed,
@@ -175,7 +167,7 @@ def train_embedder(data: list[tuple[str, str, str]], base: Path, out: Path, opts
         batch_sampler="no_duplicates",  # two copies of one passage in a batch would be each other's false negative
     )
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=ds,
-                                         loss=MultipleNegativesRankingLoss(model), callbacks=[Progress()])
+                                         loss=MultipleNegativesRankingLoss(model), callbacks=[progress_callback(log)])
     with contextlib.redirect_stdout(sys.stderr):  # the trainer prints its log dicts: stdout is for --json
         trainer.train()
     target = out / "model"

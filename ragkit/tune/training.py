@@ -78,6 +78,24 @@ def base_model(name: str | None, work: Path, cache_dir: Path, num_labels: int = 
     return folder
 
 
+def progress_callback(log: Callable[[str], None]):
+    """A transformers TrainerCallback that logs each logged step's loss, the time spent and
+    an estimate of the time left (both tuners' progress line)."""
+    from transformers import TrainerCallback
+
+    t0 = time.perf_counter()
+
+    class Progress(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            done = state.global_step
+            el = time.perf_counter() - t0
+            eta = el / max(done, 1) * (state.max_steps - done)
+            log(f"  step {done}/{state.max_steps}  loss {(logs or {}).get('loss', float('nan')):.4f}  "
+                f"{el / 60:.1f} min, about {eta / 60:.1f} min left")
+
+    return Progress()
+
+
 def train(pairs: list[tuple[str, str, int | float]], base: Path, out: Path, *, labels: list[str], epochs: float, seed: int,
           batch_size: int, max_length: int, lr: float, log: Callable[[str], None]) -> Path:
     """Fine-tune `base` (a BERT folder) on (query, passage, label) pairs, fp32, with
@@ -91,7 +109,7 @@ def train(pairs: list[tuple[str, str, int | float]], base: Path, out: Path, *, l
     from datasets import Dataset
     from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, CrossEntropyLoss
-    from transformers import TrainerCallback, set_seed
+    from transformers import set_seed
 
     set_seed(seed)
     torch.manual_seed(seed)
@@ -108,16 +126,6 @@ def train(pairs: list[tuple[str, str, int | float]], base: Path, out: Path, *, l
                             "label": [float(p[2]) if one else int(p[2]) for p in pairs]})
     steps = max(1, int(len(pairs) * epochs / batch_size))
 
-    class Progress(TrainerCallback):
-        t0 = time.perf_counter()
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            done = state.global_step
-            el = time.perf_counter() - self.t0
-            eta = el / max(done, 1) * (state.max_steps - done)
-            log(f"  step {done}/{state.max_steps}  loss {logs.get('loss', float('nan')):.4f}  "
-                f"{el / 60:.1f} min, about {eta / 60:.1f} min left")
-
     args = CrossEncoderTrainingArguments(
         output_dir=str(out / "checkpoints"), num_train_epochs=epochs, per_device_train_batch_size=batch_size,
         learning_rate=lr, warmup_ratio=0.1, weight_decay=0.01, seed=seed, data_seed=seed, logging_steps=max(1, steps // 40),
@@ -125,7 +133,7 @@ def train(pairs: list[tuple[str, str, int | float]], base: Path, out: Path, *, l
         disable_tqdm=True,
     )
     loss = BinaryCrossEntropyLoss(model) if one else CrossEntropyLoss(model)
-    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=ds, loss=loss, callbacks=[Progress()])
+    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=ds, loss=loss, callbacks=[progress_callback(log)])
     with contextlib.redirect_stdout(sys.stderr):  # the trainer prints its log dicts: stdout is for --json
         trainer.train()
     target = out / "torch"
