@@ -17,7 +17,7 @@ DEMO_QUESTION ?= How long do the confidentiality obligations survive after the a
 CNLI_DIR ?= ../shared/corpora/contractnli-dev/rendered
 CNLI_OUT ?= runs/contractnli-rendered8
 
-.PHONY: demo test test-all install install-ocr clean eval-contractnli legal-reranker
+.PHONY: demo test test-all install install-ocr clean eval-contractnli legal-reranker legal-embedder
 
 install: $(STAMP)
 
@@ -47,11 +47,19 @@ eval-contractnli: $(STAMP)
 
 # The shipped legal reranker (registry legal-minilm-l12) trained again from the shared corpora
 # by the command its model card names, then copied into the package (check the sha256 pins in
-# ragkit/models.py against the new card before committing; about 45 minutes on 2 cores)
+# ragkit/models.py against the new card before committing; about 45 minutes on 2 cores). Its
+# pools were mined by retrieval with minilm, the default embedder when it was trained
 LEGAL_RERANKER_WORK ?= build/legal-reranker
 legal-reranker: $(STAMP)
-	$(VENV)/bin/ragkit tune reranker ../shared/corpora/cuad-train/master_clauses.csv ../shared/corpora/contractnli-train-50/train_truncated.json --out $(LEGAL_RERANKER_WORK) --max-docs 120 --per-doc 6 --negatives 5
+	RAGKIT_EMBED__MODEL=minilm $(VENV)/bin/ragkit tune reranker ../shared/corpora/cuad-train/master_clauses.csv ../shared/corpora/contractnli-train-50/train_truncated.json --out $(LEGAL_RERANKER_WORK) --max-docs 120 --per-doc 6 --negatives 5
 	cp $(addprefix $(LEGAL_RERANKER_WORK)/,model.onnx tokenizer.json reranker.json MODEL_CARD.md training.json) ragkit/models_data/legal-reranker/
+
+# The shipped legal embedder (registry legal-minilm-l6) trained again the same way (about 30
+# minutes on 2 cores); check the pins in ragkit/models.py against the new card before committing
+LEGAL_EMBEDDER_WORK ?= build/legal-embedder
+legal-embedder: $(STAMP)
+	$(VENV)/bin/ragkit tune embedder ../shared/corpora/cuad-train/master_clauses.csv ../shared/corpora/contractnli-train-50/train_truncated.json ../shared/corpora/contractnli-test-train/train_from_test.json --out $(LEGAL_EMBEDDER_WORK)
+	cp $(addprefix $(LEGAL_EMBEDDER_WORK)/,model.onnx tokenizer.json MODEL_CARD.md training.json) ragkit/models_data/legal-embedder/
 
 # Optional: OCR for scanned PDFs (Debian/Ubuntu packages; needs root)
 install-ocr:

@@ -113,6 +113,23 @@ REGISTRY: dict[str, ModelSpec] = {
         extra={"engine": "onnx-cross-encoder", "max_length": 256,
                "floors": {"not_found": -2.52, "quote": 0.83, "table": -1.0}},
     ),
+    # trained here by `ragkit tune embedder` from minilm on CUAD and ContractNLI training documents
+    # (ragkit/models_data/legal-embedder/MODEL_CARD.md: data, command, seed, held-out figures;
+    # `make legal-embedder` trains it again) and committed with ragkit. Same tokenizer and window
+    # as minilm, so a document is chunked the same with either.
+    "legal-minilm-l6": ModelSpec(
+        name="legal-minilm-l6",
+        kind="embedder",
+        description="all-MiniLM-L6-v2 fine-tuned on contract clauses (CUAD, ContractNLI training documents), INT8 ONNX "
+                    "(384-dim, mean pooling, 256 word-pieces)",
+        licence="CC BY 4.0 (trained on CUAD v1 and ContractNLI, CC BY 4.0; from sentence-transformers/all-MiniLM-L6-v2, Apache-2.0)",
+        parts=(PackagedFile("ragkit", "models_data/legal-embedder", "ragkit (reinstall it: the model ships inside the package)"),),
+        files=(
+            ("model.onnx", "102f801fc7dd9f559d35d668b0eeea741574665510e061476a9b4460b505ab16"),
+            ("tokenizer.json", "851ca67100d372ca3ae031a6abd168f53489eebfd7d89523f35c5c9b4d372c3c"),
+        ),
+        extra={"engine": "onnx-prebuilt", "pooling": "mean", "normalize": True, "max_seq_length": 256, "dim": 384},
+    ),
     "bge-small-en": ModelSpec(
         name="bge-small-en",
         kind="embedder",

@@ -87,7 +87,10 @@ class Session:
                 else:
                     from ragkit.embed import load_embedder
                     from ragkit.embed.remembering import MemoEmbedder
+                    from ragkit.store import follow_store_embedder
 
+                    # a store built with another registry embedder is read with it unless one was chosen
+                    self.settings = follow_store_embedder(self.settings)
                     self._embedder = MemoEmbedder(load_embedder(self.settings))
             return self._embedder
 

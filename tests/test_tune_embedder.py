@@ -36,6 +36,12 @@ def test_tune_embedder_writes_a_model_that_learned_and_loads_as_the_embedder(tmp
     assert card["documents"] == {"train": 2, "held_out": 1} and card["training_questions"] > 0
     assert set(card["held_out_figures"]) == {"base", "trained"}
     assert (out / "model" / "config.json").is_file() and (out / "training.json").is_file()
+    # the files ragkit ships (INT8 ONNX, its tokenizer, the card), pinned by the card, close to the fp32 model
+    ship = card["shipped"]
+    assert set(ship["files"]) == {"model.onnx", "tokenizer.json"} and (out / "MODEL_CARD.md").is_file()
+    assert ship["files"]["model.onnx"] in (out / "MODEL_CARD.md").read_text()
+    assert ship["size_mb"] <= 40 and ship["cosine_to_fp32"]["mean"] > 0.98, ship
+    assert set(ship["held_out_figures"]) >= {"top10", "rank1", "mrr"}
 
     # it learned: on its own training triplets the gold chunk stands further above the hard
     # negative than with MiniLM (the three shortest contracts are too short for ranks to move)

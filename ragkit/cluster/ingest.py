@@ -241,7 +241,9 @@ def ingest_on_cluster(
     False: the control for eval/bench_cluster.py)."""
     from ragkit.cluster.connect import alive_nodes, connect, disconnect
     from ragkit.embed import load_embedder
+    from ragkit.store import follow_store_embedder
 
+    settings = follow_store_embedder(settings)  # the store's own embedder, as a local ingest
     address = address or settings.cluster.address
     if not address:
         raise ConfigError("no Ray cluster to ingest on", hint="give --cluster ADDRESS or set cluster.address")

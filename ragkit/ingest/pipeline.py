@@ -44,7 +44,7 @@ from ragkit.ingest.sources import (  # noqa: F401
     discover,
     doc_id_for,
 )
-from ragkit.store import ChromaStore, StoreWriter, open_store
+from ragkit.store import ChromaStore, StoreWriter, follow_store_embedder, open_store
 
 
 @dataclass
@@ -169,7 +169,9 @@ def ingest(
                                 "store_s": 0.0, "index_s": 0.0}
     for item in failed:
         emit("failed", item)
-    embedder = embedder or load_embedder(settings)
+    if embedder is None:
+        settings = follow_store_embedder(settings)  # files added to a store are embedded by its own model
+        embedder = load_embedder(settings)
     ident = embcache.identity(embedder)
     chunking = chunking_key(settings, embedder)
     with StoreWriter(settings, wait_s) as writer:

@@ -8,7 +8,7 @@ lock and the server lease, and the lexical index.
 - `durable`: files flushed and renamed into place, and disk errors as StoreError.
 """
 
-from ragkit.store.chroma import ChromaStore, chroma_write, iter_batches, open_store
+from ragkit.store.chroma import ChromaStore, chroma_write, follow_store_embedder, iter_batches, open_store, recorded_embedder
 from ragkit.store.locks import ServerLease, StoreWriter, WriteLock, lock_path
 from ragkit.store.records import (
            _VERSION_ID,
@@ -21,4 +21,5 @@ from ragkit.store.records import (
 from ragkit.store.sidecars import Sidecars
 
 __all__ = ["ChromaStore", "DocRecord", "Hit", "MIGRATABLE", "SCHEMA_VERSION", "ServerLease", "Sidecars", "StoreWriter",
-           "VectorStore", "WriteLock", "_VERSION_ID", "chroma_write", "iter_batches", "lock_path", "open_store"]
+           "VectorStore", "WriteLock", "_VERSION_ID", "chroma_write", "follow_store_embedder", "iter_batches", "lock_path", "open_store",
+           "recorded_embedder"]

@@ -478,6 +478,39 @@ def iter_batches(items: list, n: int) -> Iterator[list]:
         yield items[i : i + n]
 
 
+def recorded_embedder(settings) -> str | None:
+    """The embedder an embedded store at `settings.store` records (its collection's
+    identity), read without loading a model; None when there is no such store (or it is a
+    server's: `store_url`)."""
+    if settings.store_url or not (settings.store / "chroma" / "chroma.sqlite3").exists():
+        return None
+    import chromadb
+    from chromadb.config import Settings as ChromaSettings
+
+    try:
+        client = chromadb.PersistentClient(path=str(settings.store / "chroma"),
+                                           settings=ChromaSettings(anonymized_telemetry=False, allow_reset=False))
+        return (client.get_collection(settings.collection, embedding_function=None).metadata or {}).get("embedder")
+    except Exception:  # no such collection, an unreadable file: open_store says why when it opens it
+        return None
+
+
+def follow_store_embedder(settings):
+    """`settings` with `embed.model` set to the registry embedder an existing store was built
+    with, when the user chose none (`embed.model` left at its default): a store made before
+    the default changed keeps working, and files added to it are embedded by the same model.
+    A model the user names is kept, and a store built with another is refused by open_store."""
+    from ragkit.models import REGISTRY
+
+    e = settings.embed
+    if "model" in e.model_fields_set or e.backend in ("hash", "openai") or e.base_url:
+        return settings
+    have = recorded_embedder(settings)
+    if not have or have == e.model or have not in REGISTRY or REGISTRY[have].kind != "embedder":
+        return settings
+    return settings.model_copy(update={"embed": e.model_copy(update={"model": have})})
+
+
 def open_store(settings, embedder, *, create: bool) -> ChromaStore:
     """The store named by `settings`, checked against `embedder` (name and dimension)."""
     return ChromaStore(

@@ -182,7 +182,7 @@ def tune_embedder(sources: list[Path], out: Path, session, opts: EmbedTuneOption
     from sentence_transformers import SentenceTransformer
 
     from ragkit.tune.reranker import LICENCES, read_queries, sample
-    from ragkit.tune.training import base_model, shown_path, split_documents
+    from ragkit.tune.training import BASES, base_model, shown_path, split_documents
 
     t_start = time.perf_counter()
     sets = [read_queries(p) for p in sources]
@@ -214,12 +214,89 @@ def tune_embedder(sources: list[Path], out: Path, session, opts: EmbedTuneOption
                                          held, chunks)
         log(f"held-out documents, {label}: {figures[label]}")
     card = {
-        "kind": "embedder", "base": shown_path(base), "options": asdict(opts), "command": command,
+        "kind": "embedder", "base": BASES.get(opts.base or "minilm", shown_path(base)), "options": asdict(opts), "command": command,
         "sources": [{"path": shown_path(s.source), "kind": s.kind, "licence": LICENCES.get(s.kind, "")} for s in sets],
         "documents": {"train": len(train_docs), "held_out": len(held_docs)}, "held_out_docs": sorted(held_docs),
         "training_questions": len(data),
         "held_out_figures": figures, "training_minutes": round(train_min, 1),
-        "total_minutes": round((time.perf_counter() - t_start) / 60, 1),
     }
+    card |= export_shipped(target, out, held, chunks, log)
+    card["total_minutes"] = round((time.perf_counter() - t_start) / 60, 1)
     (out / "training.json").write_text(json.dumps(card, indent=1), encoding="utf-8")
+    (out / "MODEL_CARD.md").write_text(model_card(card), encoding="utf-8")
     return card
+
+
+def export_shipped(target: Path, out: Path, held, chunks: dict[str, list[str]], log: Callable[[str], None]) -> dict:
+    """The trained folder as the files ragkit ships (`out/model.onnx`, INT8, and its
+    tokenizer.json; the registry's `onnx-prebuilt` engine runs them), the shipped file's own
+    figures on the held-out documents, its agreement with the fp32 model and its pins."""
+    import shutil
+
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+
+    from ragkit.embed.onnx import OnnxSession, export_int8, st_layout
+    from ragkit.models import sha256_file
+
+    log("exporting INT8 ONNX ...")
+    export_int8(target, out / "model.onnx")
+    shutil.copy(target / "tokenizer.json", out / "tokenizer.json")
+    layout = st_layout(target)
+    onnx = OnnxSession(out / "model.onnx", out / "tokenizer.json", layout)
+    # batches of one: dynamic quantization scales activations per batch, so one text alone is
+    # what a query meets and the figures do not depend on batch-mates
+    figures = ranking_figures(lambda t: np.concatenate([onnx.encode([x]) for x in t]), held, chunks)
+    log(f"held-out documents, trained INT8 ONNX: {figures}")
+    sample = [p for doc in sorted(chunks)[:20] for p in chunks[doc][:10]]
+    fp32 = SentenceTransformer(str(target), device="cpu", local_files_only=True).encode(sample, normalize_embeddings=True)
+    int8 = np.concatenate([onnx.encode([x]) for x in sample])
+    cos = (fp32 * int8).sum(1)
+    return {"shipped": {"held_out_figures": figures, "layout": layout,
+                        "cosine_to_fp32": {"texts": len(sample), "mean": round(float(cos.mean()), 4),
+                                           "min": round(float(cos.min()), 4)},
+                        "size_mb": round((out / "model.onnx").stat().st_size / 1e6, 1),
+                        "files": {n: sha256_file(out / n) for n in ("model.onnx", "tokenizer.json")}}}
+
+
+def model_card(card: dict) -> str:
+    o, ship = card["options"], card["shipped"]
+    rows = [("before: " + card["base"].split(":")[0], card["held_out_figures"]["base"]),
+            ("trained (fp32)", card["held_out_figures"]["trained"]), ("trained, INT8 ONNX as shipped", ship["held_out_figures"])]
+    table = "\n".join(["| model | gold chunk in the top 10 | top 50 | first | MRR |", "|---|---|---|---|---|",
+                       *(f"| {n} | {f['top10']:.3f} | {f['top50']:.3f} | {f['rank1']:.3f} | {f['mrr']:.3f} |" for n, f in rows)])
+    cos = ship["cosine_to_fp32"]
+    return f"""# Embedder trained by `ragkit tune embedder`
+
+The embedder of retrieval's first stage (with BM25): it turns each chunk and each question
+into a {ship['layout'].get('max_seq_length')}-token-window vector, {ship['layout']['pooling']} pooling, normalized; the store's
+nearest chunks are the reranker's candidates. MiniLM-L6 fine-tuned on contract clauses.
+
+- Base: {card['base']}
+- Data: {', '.join(s['path'] for s in card['sources'])};
+  at most {o['max_docs']} documents of each set and {o['per_doc']} answerable questions a document (seed {o['seed']}).
+- Pairs: each question's chunk that holds a gold span whole (the eval's strict rule), against the
+  best chunk of the same document by BM25 that holds none, and the batch's other passages
+  (MultipleNegativesRankingLoss); {card['training_questions']} questions of {card['documents']['train']} documents.
+- Split by document: {card['documents']['held_out']} documents ({o['held_share']:.0%}, by the seed) train nothing and give the figures below.
+- Training: sentence-transformers SentenceTransformerTrainer, fp32, {o['epochs']} epoch(s), batch {o['batch_size']},
+  learning rate {o['lr']}, max length {o['max_length']}; {card['training_minutes']} min ({card['total_minutes']} min in all) on
+  the machine that trained it (2 cores). Exported to ONNX, INT8 (dynamic, per channel; the
+  feed-forward output projections kept in fp32): {ship['size_mb']} MB; cosine to the fp32 model
+  on {cos['texts']} training chunks: mean {cos['mean']}, min {cos['min']}.
+- Command: `{card['command']}`
+- Files (sha256): {'; '.join(f'`{k}` {v}' for k, v in ship['files'].items())}
+
+## On the held-out documents
+
+Every chunk of the question's document ranked by cosine to the question.
+
+{table}
+
+Inside the whole retrieval (hybrid search, sentence ranking, the reranker) on the dev sets,
+which trained nothing: eval/README.md, from eval/bench_ranking.py.
+
+Licences: the labelled data's ({'; '.join(sorted({s['licence'] for s in card['sources'] if s['licence']})) or 'the user’s own'})
+and the base model's (the Base line above). A model trained on CC BY 4.0 data is released under
+CC BY 4.0 with that attribution.
+"""
