@@ -110,6 +110,66 @@ def test_a_range_and_a_distance_in_an_answer_are_supported_by_the_same_figures()
     assert unsupported_figures("The fee is $6m.", "a fee of five million dollars") == ["6e+06"]
 
 
+APPLE = """|  | Three Months Ended December 31, 2022 | Three Months Ended December 25, 2021 |
+|---|---|---|
+| Total net sales | 117,154 | 123,945 |
+| Gross margin | 50,332 | 54,243 |
+| Operating income | 36,016 | 41,488 |
+"""
+
+
+def test_a_table_cell_is_named_by_its_row_and_column():
+    from ragkit.answer.numbers import table_cells
+
+    cells = table_cells("Apple's quarter.\n" + APPLE)
+    assert [(c.written, c.label) for c in cells][:2] == [
+        ("117,154", "Total net sales · Three Months Ended December 31, 2022"),
+        ("123,945", "Total net sales · Three Months Ended December 25, 2021")]
+    assert len(cells) == 6  # the header's years and dates are no cells
+
+
+@pytest.mark.parametrize("claim, formula", [
+    # a margin from two cells of one column, at the precision written
+    ("The operating margin was 30.74% in the quarter.", "36,016 / 117,154 x 100 = 30.74%"),
+    # a change along a row; its sign is in the words ("fell")
+    ("Operating income fell 13.19% from a year earlier.", "(36,016 - 41,488) / 41,488 x 100 = 13.19%"),
+    ("Net sales fell 5% from a year earlier.", "(117,154 - 123,945) / 123,945 x 100 = 5%"),
+    # the claim's own figures, which the table holds, are the operands
+    ("Gross margin of 50,332 less operating income of 36,016 leaves 14,316.", "50,332 - 36,016 = 14,316"),
+])
+def test_a_figure_computed_from_cells_shows_its_formula_and_cells(claim, formula):
+    from ragkit.answer.numbers import computed_figures, unsupported_figures
+
+    (comp,) = computed_figures(claim, [APPLE])
+    assert comp.formula == formula
+    assert all(c.label for c in comp.cells)  # each operand named by its row and period
+    assert unsupported_figures(claim, APPLE)  # the figure itself is in no source
+
+
+def test_a_figure_no_single_computation_gives_stays_unexplained():
+    """No computation of two cells of one column or row gives 31.5%; and 25% is a share in
+    either period of this table: two computations, so a guess, not evidence. Read across
+    columns, 30.74% would be a guess too ((54,243 - 41,488) / 41,488 gives it by chance)."""
+    from ragkit.answer.numbers import computed_figures
+
+    assert computed_figures("The operating margin was 31.5% in the quarter.", [APPLE]) == []
+    two = "|  | 2022 | 2021 |\n|---|---|---|\n| Fees | 10 | 20 |\n| Revenue | 40 | 80 |\n"
+    assert computed_figures("Fees were 25% of revenue.", [two]) == []
+    (one,) = computed_figures("Fees were 25% of revenue in 2022.", [two.replace("| 80 |", "| 90 |")])
+    assert one.formula == "10 / 40 x 100 = 25%"
+
+
+def test_a_computed_figure_is_no_longer_missing_and_the_claim_shows_it(embedder):
+    from ragkit.answer.claims import attribute
+
+    (c,) = attribute("Apple's operating margin was 30.74% in the quarter ended December 31, 2022 [1].",
+                     [_ctx(1, "Condensed consolidated statements of operations.\n" + APPLE, doc="aapl-10q.pdf")], embedder)
+    assert "30.74%" not in c.missing_figures and c.missing_figures == [], c
+    (comp,) = c.computed
+    assert comp.to_json()["cells"][0] == {"written": "36,016", "label": "Operating income · Three Months Ended December 31, 2022"}
+    assert c.to_json()["computed_figures"][0]["formula"] == "36,016 / 117,154 x 100 = 30.74%"
+
+
 def test_figures_are_the_pipelines_and_eval_reads_them_the_same_way():
     """The pipeline does not import eval: the number helpers live in ragkit.answer.numbers
     and ragkit.eval.metrics takes them from there."""

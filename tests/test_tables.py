@@ -143,3 +143,35 @@ def test_a_table_broken_by_label_lines_keeps_its_header(filing_tables):
     equity rows below keep the year columns."""
     t = _table_with(filing_tables["PEPSICO_2022_10K.pdf"][66], "| Retained earnings | 67,800 | 65,165 |")
     assert t.startswith("|  | 2022 | 2021 |\n"), t[:80]
+
+
+@pytest.mark.complete
+def test_a_figure_computed_from_a_real_income_statement_shows_its_cells(tmp_path):
+    """Apple's 10-Q ingested and asked on the product path: an answer's operating margin,
+    which no page of the filing writes, is shown as the computation of the two cells it
+    comes from, each named by its row and its period column, and is not flagged; a margin
+    no two cells give stays flagged."""
+    from ragkit.answer.claims import attribute
+    from ragkit.config import load_settings
+    from ragkit.ingest import ingest
+    from ragkit.retrieve import retrieve
+    from ragkit.session import Session
+
+    settings = load_settings(store=tmp_path / "store")
+    assert not ingest([DOCS / "2023 Q1 AAPL.pdf"], settings).failed
+    session = Session(settings)
+    r = retrieve("What were Apple's total net sales and operating income in the quarter ended December 31, 2022?",
+                 session)
+    ctxs = r.prompt.contexts
+    (n,) = [c.n for c in ctxs if "| Operating income | 36,016 | 41,488 |" in c.text][:1]
+    (c,) = attribute(f"Apple's operating margin was 30.74% in the quarter ended December 31, 2022 [{n}].", ctxs,
+                     session.embedder)
+    assert c.missing_figures == [] and len(c.computed) == 1, c
+    comp = c.computed[0].to_json()
+    assert comp["formula"] == "36,016 / 117,154 x 100 = 30.74%"
+    assert [x["label"] for x in comp["cells"]] == ["Operating income · Three Months Ended December 31, 2022",
+                                                    "Total net sales · Three Months Ended December 31, 2022"]
+    (bad,) = attribute(f"Apple's operating margin was 32.5% in the quarter ended December 31, 2022 [{n}].", ctxs,
+                       session.embedder)
+    assert bad.missing_figures == ["32.5%"] and bad.computed == [] and not bad.supported
+    session.close()

@@ -65,11 +65,14 @@ class Claim:
     missing_figures: list[str] = field(default_factory=list)  # figures no cited sentence holds
     # capitalised names the cited source does not hold: a flag for the reader, not a veto
     missing_names: list[str] = field(default_factory=list)
+    # figures no source holds that one computation of the sources' figures gives (formula, cells)
+    computed: list[Computation] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"text": self.text, "supported": self.supported, "citations": [c.to_json() for c in self.citations],
                 "support": round(self.support, 3), "markers": self.markers, "flagged_markers": self.flagged,
-                "missing_figures": self.missing_figures, "missing_names": self.missing_names}
+                "missing_figures": self.missing_figures, "missing_names": self.missing_names,
+                "computed_figures": [c.to_json() for c in self.computed]}
 
 
 # ------------------------------------------------------------------ splitting
@@ -115,7 +118,12 @@ def split_claims(answer: str) -> list[tuple[str, list[int]]]:
 # Figures are read by ragkit.answer.numbers (text2num for spelled numbers, periods across
 # units); `unsupported_figures` is re-exported here, the one check ask, chat, compare and
 # serve use.
-from ragkit.answer.numbers import unsupported_figures  # noqa: E402,F401
+from ragkit.answer.numbers import (  # noqa: E402
+    Computation,
+    computed_figures,
+    unsupported_figures,  # noqa: E402,F401
+    written_numbers,
+)
 
 # a name: capitalised words, with "of", "and", "for", "the", "&" inside ("Code of Federal Regulations")
 _NAME = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][a-z]{2,}(?:(?:\s+(?:of|and|for|the|on|&))*\s+[A-Z][a-z]{2,})*")
@@ -257,9 +265,15 @@ def attribute(answer: str, contexts: list["Context"], embedder, question: str | 
         if cand:
             meaning[cand] = _calibrated(np.stack([vecs[i] for i in cand]) @ q, floor)
         score = MEANING_WEIGHT * meaning + (1.0 - MEANING_WEIGHT) * lex
+        # a figure no source holds that one computation of the sources' figures gives (a
+        # ratio, a change) is shown with its formula and cells, and flagged no more
+        own_srcs = [c for c in contexts if c.n in marks] or list(contexts)
+        computed = computed_figures(text, [c.text for c in own_srcs])
+        explained = {_figure_key(c.figure) for c in computed}
         # a claim's figures may come from the sentence or its neighbours in the same source
         # ("The term is two years." ... "It renews for one year.")
-        figs_ok = np.array([i in cand and not unsupported_figures(text, window[i]) for i in range(len(sents))])
+        figs_ok = np.array([i in cand and not [f for f in unsupported_figures(text, window[i]) if f not in explained]
+                            for i in range(len(sents))])
         ok = (score >= SUPPORT_MIN) & figs_ok
         order = sorted(range(len(sents)), key=lambda i: -float(score[i]))
         by_src: dict[int, int] = {}  # source n -> its best supporting sentence
@@ -283,11 +297,17 @@ def attribute(answer: str, contexts: list["Context"], embedder, question: str | 
         held = picks[0] if picks else best_any
         names = missing_names(text, f"{sents[held].ctx.text} {sents[held].ctx.section or ''} {sents[held].ctx.doc}")
         if not picks:
-            missing = unsupported_figures(text, window[best_any])
+            missing = [f for f in unsupported_figures(text, window[best_any]) if f not in explained]
         out.append(Claim(text=text, supported=bool(picks), citations=cites,
                          support=float(score[picks[0]] if picks else score[best_any]), markers=marks,
-                         flagged=flagged, missing_figures=missing, missing_names=names))
+                         flagged=flagged, missing_figures=missing, missing_names=names, computed=computed))
     return out
+
+
+def _figure_key(written: str) -> str:
+    """A figure as unsupported_figures names it ("4.7%", "1577")."""
+    (_, q), *_ = written_numbers(written) or [("", None)]
+    return f"{q.value:g}{'%' if q.percent else ''}" if q is not None else written
 
 
 def summary(claims: list[Claim]) -> dict:

@@ -84,6 +84,15 @@ class Quantity:
     percent: bool = False
 
 
+def written_numbers(text: str | None) -> list[tuple[str, Quantity]]:
+    """`extract_numbers` with each number as written ("$ 8,500", "4.7%")."""
+    if not text:
+        return []
+    t = unicodedata.normalize("NFKC", text).translate(_QUOTES)
+    ms = list(_NUM.finditer(t))
+    return [(m.group(0).strip(), q) for m, q in zip(ms, _quantities(t, ms)) if q is not None]
+
+
 def extract_numbers(text: str | None) -> list[Quantity]:
     """Numbers with their scale and sign: "$1.2 billion" -> 1.2e9, "1,200 million" -> 1.2e9,
     "$5m" -> 5e6 (but "5 m" -> 5: a one-letter scale needs a currency), "(1,234)" -> -1234,
@@ -93,12 +102,18 @@ def extract_numbers(text: str | None) -> list[Quantity]:
     if not text:
         return []
     t = unicodedata.normalize("NFKC", text).translate(_QUOTES)
-    out: list[Quantity] = []
+    return [q for q in _quantities(t, list(_NUM.finditer(t))) if q is not None]
+
+
+def _quantities(t: str, matches: list) -> list[Quantity | None]:
+    """The quantity of each match of _NUM in `t` (None where its digits do not read)."""
+    out: list[Quantity | None] = []
     prev_end = None
-    for m in _NUM.finditer(t):
+    for m in matches:
         try:
             v = float(m.group("num").replace(",", ""))
         except ValueError:
+            out.append(None)
             continue
         scale = (m.group("scale") or "").lower()
         if scale and (m.group("cur") or scale not in _AMBIGUOUS_SCALE):
@@ -200,5 +215,155 @@ def unsupported_figures(claim: str, source) -> list[str]:
     return list(dict.fromkeys(bad))
 
 
-__all__ = ["Quantity", "digits", "extract_numbers", "periods", "same_number", "unsupported_figures"]
+# ---------------------------------------------------------------------- cells and computed figures
+
+@dataclass(frozen=True)
+class Cell:
+    """A figure as a source writes it and what names it: a table cell's row label and column
+    header ("Total restructuring charges · 2022"), empty for a figure in running text."""
+
+    written: str
+    value: Quantity
+    label: str = ""
+    at: tuple[int, int, int] | None = None  # (table, row, column) in its source; None in running text
+
+    def shown(self) -> str:
+        return f"{self.written} ({self.label})" if self.label else self.written
+
+
+_TABLE_ROW = re.compile(r"^\s*\|(.*)\|\s*$")
+_RULE = re.compile(r":?-{3,}:?")
+
+
+def table_cells(text: str) -> list[Cell]:
+    """The numeric cells of the Markdown tables in `text` (ingest writes a table as a header
+    row, a |---| rule and its rows), each named by its row's first cell and its column's
+    header. A cell holding more or less than one number is none."""
+    out: list[Cell] = []
+    block: list[list[str]] = []
+    tables = 0
+    for line in [*text.splitlines(), ""]:
+        m = _TABLE_ROW.match(line)
+        if m:
+            block.append([p.strip() for p in m.group(1).split("|")])
+            continue
+        if block:
+            header: list[str] = []
+            rows = block
+            if len(block) > 1 and all(_RULE.fullmatch(p) for p in block[1] if p):
+                header, rows = block[0], block[2:]
+            for i, row in enumerate(rows):
+                for j, cell in enumerate(row[1:], 1):
+                    nums = written_numbers(cell)
+                    if len(nums) == 1:
+                        col = header[j] if j < len(header) else ""
+                        out.append(Cell(cell, nums[0][1], " · ".join(x for x in (row[0], col) if x), (tables, i, j)))
+            block = []
+            tables += 1
+    return out
+
+
+@dataclass(frozen=True)
+class Computation:
+    """A figure of an answer that no source holds, given by one computation of two figures
+    the sources hold: `formula` ("411 / 8,745 x 100 = 4.7%") and the cells it used."""
+
+    figure: str
+    formula: str
+    cells: tuple[Cell, ...]
+
+    def to_json(self) -> dict:
+        return {"figure": self.figure, "formula": self.formula,
+                "cells": [{"written": c.written, "label": c.label} for c in self.cells]}
+
+
+def _decimals(written: str) -> int:
+    m = re.search(r"\d(?:[\d,]*)\.(\d+)", written)
+    return len(m.group(1)) if m else 0
+
+
+def _is_year(w: str, q: Quantity) -> bool:
+    return not q.percent and float(q.value).is_integer() and 1900 <= q.value <= 2100 and not re.search(r"[$€£¥]", w)
+
+
+def _computations(target: Quantity, written: str, operands: list[Cell], *, by_table: bool = False) -> list[Computation]:
+    """Every computation of two operands that gives `target` at the precision it is
+    written with ("4.7%": within 0.05): a share or ratio a / b, a change (a - b) / b, a
+    difference a - b, a sum a + b; a percentage as a share or change x 100. `by_table`
+    (operands the claim does not name, read from the sources' tables): a share, a
+    difference or a sum of two cells of one column (one period), a change of two cells of
+    one row (one line item): any two cells of a table give some percentage by chance."""
+    tol = 0.5 * 10 ** -_decimals(written) + 1e-9
+    found: dict[tuple, Computation] = {}
+    pct = " x 100" if target.percent else ""
+    for a in operands:
+        for b in operands:
+            if a is b or a.value.percent or b.value.percent:
+                continue
+            col = row = True
+            if by_table:
+                if a.at is None or b.at is None or a.at[0] != b.at[0]:
+                    continue
+                col, row = a.at[2] == b.at[2], a.at[1] == b.at[1]
+            x, y = a.value.value, b.value.value
+            tries = []
+            k = 100.0 if target.percent else 1.0
+            if y and col:
+                tries.append((x / y * k, f"{a.written} / {b.written}{pct}"))
+            if y and row:
+                # a change's sign is in the claim's words ("fell 5.5%"): its size is compared
+                tries.append((abs(x - y) / abs(y) * k, f"({a.written} - {b.written}) / {b.written}{pct}"))
+            if not target.percent and col:
+                tries += [(x - y, f"{a.written} - {b.written}"), (x + y, f"{a.written} + {b.written}")]
+            for value, formula in tries:
+                if abs(value - target.value) <= tol:
+                    key = (formula.split(" ")[1] if "/" not in formula else formula.count("-"), *sorted((x, y)))
+                    found.setdefault(key, Computation(written, f"{formula} = {written}", (a, b)))
+    return list(found.values())
+
+
+def computed_figures(claim: str, sources: list[str]) -> list[Computation]:
+    """The figures of `claim` that no source holds but one computation gives from figures
+    the sources do hold (a ratio, a margin, a change, a difference), each with its formula
+    and its cells, named by their table row and column where a table holds them.
+    The operands are the claim's own figures that the sources hold ("capital expenditure of
+    $1,577 million ... 4.9% of revenue of $32,184 million"), else the numeric cells of the
+    sources' tables, two of one column or of one row. Where two computations give it, the
+    one whose cells' row labels and column headers the claim names most ("operating",
+    "December 31, 2022"); where that leaves two, the figure is left unexplained: a guess is
+    no evidence."""
+    text = unicodedata.normalize("NFKC", _MARKS.sub(" ", claim)).translate(_QUOTES)
+    figs = [(w, q) for w, q in written_numbers(digits(_SPAN.sub(" ", text))) if not _is_year(w, q)]
+    if not figs:
+        return []
+    have = extract_numbers(digits(" ".join(sources)))
+    missing = [(w, q) for w, q in figs if not any(same_number(q, h) for h in have)]
+    if not missing:
+        return []
+    cells = [c for src in sources for c in table_cells(src)]
+
+    def named(w: str, q: Quantity) -> Cell:  # the claim's figure as the source's cell that holds it
+        return next((c for c in cells if same_number(q, c.value)), Cell(w, q))
+
+    held = [named(w, q) for w, q in figs if (w, q) not in missing]
+    out = []
+    for w, q in missing:
+        found = _computations(q, w, held) if len(held) >= 2 else []
+        if not found:
+            found = _computations(q, w, [c for c in cells if not _is_year(c.written, c.value)], by_table=True)
+        if len(found) > 1:  # the one whose cells' rows and columns the claim names most, if one does
+            words = _label_words(text)
+            score = [len(words & _label_words(" ".join(c.label for c in f.cells))) for f in found]
+            found = [f for f, k in zip(found, score) if k == max(score)]
+        if len(found) == 1:
+            out.append(found[0])
+    return out
+
+
+def _label_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) >= 3 or w.isdigit()}
+
+
+__all__ = ["Cell", "Computation", "Quantity", "computed_figures", "digits", "extract_numbers", "periods", "same_number",
+           "table_cells", "unsupported_figures", "written_numbers"]
 

@@ -43,6 +43,9 @@ def print_claims(result, model_shown: bool = True) -> None:
             out.print(f"     [yellow]warning:[/] cites {c.flagged}, which does not support this claim", highlight=False)
         if c.missing_figures:
             out.print(f"     [yellow]not in the sources:[/] {', '.join(c.missing_figures)}", highlight=False)
+        for comp in c.computed:
+            cells = "; ".join(cell.shown() for cell in comp.cells)
+            out.print(f"     computed: {comp.formula}  [dim]from {cells}[/]", highlight=False)
         if c.missing_names:
             # a flag, not a veto (ragkit.answer.claims.missing_names): the reader checks the name
             out.print(f"     [yellow]names what its source does not:[/] {', '.join(c.missing_names)}", highlight=False)

@@ -322,6 +322,10 @@ function renderClaims(claims) {
     if (c.missing_figures && c.missing_figures.length) {
       li.append(el("span", { class: "where", text: " (not in the sources: " + c.missing_figures.join(", ") + ")" }));
     }
+    for (const comp of c.computed_figures || []) {
+      const cells = comp.cells.map((x) => x.label ? `${x.written} (${x.label})` : x.written).join("; ");
+      li.append(el("span", { class: "where", text: ` (computed: ${comp.formula}, from ${cells})` }));
+    }
     if (c.missing_names && c.missing_names.length) {
       li.append(el("span", { class: "where", text: " (names what its source does not: " + c.missing_names.join(", ") + ")" }));
     }
