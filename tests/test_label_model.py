@@ -122,6 +122,7 @@ def test_the_default_words_label_the_five_wording_cases_right(wording_store):
     assert other == [], other
 
 
+@pytest.mark.complete  # nda-label is opt-in (compare.label_model): its variations run in the complete tier
 def test_a_held_out_nda_labelled_with_probabilities(tmp_path):
     """A real NDA of the 27 held-out dev NDAs (trained nothing, chose nothing): its
     labels with their probabilities; most agree with the gold labels (the held-out
@@ -205,6 +206,7 @@ def _small_contractnli(path: Path, n: int, start: int = 0) -> Path:
     return path
 
 
+@pytest.mark.complete  # nda-label is opt-in (compare.label_model): its variations run in the complete tier
 def test_tune_checklist_writes_a_model_that_loads_and_labels(tmp_path, nda_store):
     """`ragkit tune checklist` on 3 real NDAs (ContractNLI train) in two files: a model
     folder with its card, its pins and a threshold chosen on the one document that trained
@@ -294,6 +296,7 @@ def test_a_generator_that_cannot_score_never_makes_a_no(nda_store):
     assert f2.label == "No" or f2.decided_by in ("wording", "evidence"), (f2.label, f2.decided_by)
 
 
+@pytest.mark.complete  # nda-label is opt-in (compare.label_model): its variations run in the complete tier
 def test_the_kimi_profile_labels_with_the_model_not_the_generator(nda_store, tmp_path):
     """`--profile kimi-k2` (its model a tiny GGUF with Kimi K2's layout, tokenizer and
     template: tests/fixtures/tiny_kimi.py) with the label model: the nda checklist's labels

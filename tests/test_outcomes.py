@@ -170,6 +170,21 @@ def test_a_computed_figure_is_no_longer_missing_and_the_claim_shows_it(embedder)
     assert c.to_json()["computed_figures"][0]["formula"] == "36,016 / 117,154 x 100 = 30.74%"
 
 
+def test_an_amount_in_a_statement_in_millions_supports_the_answers_millions():
+    """"$411 million" is the "411" of a statement that says it is in millions (its title, in
+    the section path the claims check reads beside the sentence), and nowhere else."""
+    from ragkit.answer.numbers import computed_figures, unsupported_figures
+
+    row = "| Total restructuring and impairment charges | $ 411 | $ 247 |"
+    claim = "Restructuring and impairment charges were $411 million."
+    assert unsupported_figures(claim, "Note 3 (Amounts in millions)\n" + row) == []
+    assert unsupported_figures(claim, "Note 3\n" + row) == ["4.11e+08"]
+    assert unsupported_figures("They were $411 billion.", "(in millions)\n" + row) == ["4.11e+11"]
+    # and the claim's millions are the operands of a change
+    (c,) = computed_figures("Charges rose from $247 million to $411 million, up 66.4%.", ["(In millions)\n" + row])
+    assert c.formula == "($411 million - $247 million) / $247 million x 100 = 66.4%"
+
+
 def test_figures_are_the_pipelines_and_eval_reads_them_the_same_way():
     """The pipeline does not import eval: the number helpers live in ragkit.answer.numbers
     and ragkit.eval.metrics takes them from there."""

@@ -187,6 +187,19 @@ def _months(text: str) -> set[str]:
 
 # ---------------------------------------------------------------------- the check
 
+# a statement's own scale ("(In millions, except per share amounts)", "Amounts in thousands"):
+# its "411" is the answer's "$411 million"
+_IN_SCALE = re.compile(r"\bin\s+(thousands|millions|billions)\b", re.I)
+
+
+def held_numbers(source: str) -> list[Quantity]:
+    """The quantities a source holds: its numbers as written and, where it states its scale
+    ("in millions"), each amount at that scale too."""
+    have = extract_numbers(digits(source))
+    scales = {_SCALE[m.group(1).lower()] for m in _IN_SCALE.finditer(source)}
+    return have + [Quantity(q.value * k) for k in sorted(scales) for q in have if not q.percent]
+
+
 _MARKS = re.compile(r"\s*\[(\d+(?:\s*[,;–-]\s*\d+)*)\]")
 
 
@@ -197,7 +210,8 @@ def unsupported_figures(claim: str, source) -> list[str]:
     supports "two years", "180 days" does not support "six months"); a date's month must
     occur with it; other numbers, ordinals, amounts and percentages must occur as the
     same quantity ("$1.2 billion" = "1,200 million", "16th" = "sixteenth", "30%" =
-    "thirty percent"). [n] markers are not figures. This is the one check ask, chat,
+    "thirty percent"; "$411 million" = "411" in a statement that says "in millions"). [n]
+    markers are not figures. This is the one check ask, chat,
     compare and serve use: a small model fills a blank the contract leaves to its cover
     page with a plausible period, and a reader must not take that for the contract's."""
     if not isinstance(source, str):
@@ -208,7 +222,7 @@ def unsupported_figures(claim: str, source) -> list[str]:
     have_months = _months(source)
     bad += [m.group(0) for m in _MONTH.finditer(text) if (m.group(1) or m.group(2)).lower() not in have_months]
     # the other numbers (spelled ones above three: "one of the parties" is no figure)
-    have = extract_numbers(digits(source))
+    have = held_numbers(source)
     for q in extract_numbers(digits(_SPAN.sub(" ", text))):
         if not any(same_number(q, h) for h in have):
             bad.append(f"{q.value:g}{'%' if q.percent else ''}")
@@ -333,10 +347,12 @@ def computed_figures(claim: str, sources: list[str]) -> list[Computation]:
     "December 31, 2022"); where that leaves two, the figure is left unexplained: a guess is
     no evidence."""
     text = unicodedata.normalize("NFKC", _MARKS.sub(" ", claim)).translate(_QUOTES)
-    figs = [(w, q) for w, q in written_numbers(digits(_SPAN.sub(" ", text))) if not _is_year(w, q)]
+    words = {v: k for k, v in _ABBR.items()}  # digits() writes "$411 million" as "$411 mn": shown as written
+    figs = [(re.sub(r"\b(k|mn|bn|tn)$", lambda m: words[m.group(1)], w), q)
+            for w, q in written_numbers(digits(_SPAN.sub(" ", text))) if not _is_year(w, q)]
     if not figs:
         return []
-    have = extract_numbers(digits(" ".join(sources)))
+    have = [q for src in sources for q in held_numbers(src)]
     missing = [(w, q) for w, q in figs if not any(same_number(q, h) for h in have)]
     if not missing:
         return []
@@ -364,6 +380,7 @@ def _label_words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) >= 3 or w.isdigit()}
 
 
-__all__ = ["Cell", "Computation", "Quantity", "computed_figures", "digits", "extract_numbers", "periods", "same_number",
+__all__ = ["Cell", "Computation", "Quantity", "computed_figures", "digits", "extract_numbers", "held_numbers", "periods",
+           "same_number",
            "table_cells", "unsupported_figures", "written_numbers"]
 

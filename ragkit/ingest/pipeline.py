@@ -76,6 +76,9 @@ class IngestReport:
             "removed": self.removed,
             "chunks_embedded": self.chunks_embedded,
             "chunks_from_cache": self.chunks_from_cache,
+            "pages": self.pages,
+            "workers": self.workers,
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }
 
 
