@@ -5,16 +5,13 @@ store built with it is read (and added to) with it when the settings name no emb
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
-
 import numpy as np
 import pytest
-from conftest import CORPORA
+from conftest import CORPORA, assert_a_changed_byte_is_refused
 
 from ragkit import models
 from ragkit.config import load_settings
-from ragkit.errors import ModelNotFound, StoreError
+from ragkit.errors import StoreError
 
 
 def test_the_legal_embedder_is_pinned_and_a_changed_file_is_refused(tmp_path, monkeypatch):
@@ -38,19 +35,7 @@ def test_the_legal_embedder_is_pinned_and_a_changed_file_is_refused(tmp_path, mo
     assert abs(float(np.linalg.norm(q)) - 1) < 1e-3 and float(d[0] @ q) > float(d[1] @ q) + 0.2
 
     # a copy as its own package with one byte changed: refused before anything loads it
-    pkg = tmp_path / "site" / "fake_legal_emb"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    shutil.copytree(folder, pkg / "model")
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.setitem(models.REGISTRY, "legal-minilm-l6",
-                        dataclasses.replace(spec, parts=(models.PackagedFile("fake_legal_emb", "model", "ragkit"),)))
-    onnx = pkg / "model" / "model.onnx"
-    data = bytearray(onnx.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    onnx.write_bytes(bytes(data))
-    with pytest.raises(ModelNotFound, match="model.onnx does not match its pinned sha256"):
-        models.resolve("legal-minilm-l6", "embedder", tmp_path / "cache")
+    assert_a_changed_byte_is_refused("legal-minilm-l6", "embedder", tmp_path, monkeypatch)
 
 
 def test_a_store_built_with_the_legal_embedder_is_read_and_added_to_with_it_unless_a_model_is_named(tmp_path):

@@ -6,14 +6,10 @@ the product's own retrieval."""
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
-
 import pytest
-from conftest import ROOT, SHARED, make_settings
+from conftest import ROOT, SHARED, assert_a_changed_byte_is_refused, make_settings
 
 from ragkit import models
-from ragkit.errors import ModelNotFound
 
 DOC = "BIOPURECORP_06_30_1999-EX-10.13-AGENCY AGREEMENT.PDF"  # the smallest of cuad-10 (16 questions with a gold clause)
 
@@ -27,20 +23,7 @@ def test_the_legal_reranker_is_pinned_and_a_changed_file_is_refused(tmp_path, mo
     assert (folder / "model.onnx").stat().st_size <= 40e6  # the issue's bound on the model's size
 
     # a copy as its own package with one byte changed: refused before anything loads it
-    pkg = tmp_path / "site" / "fake_legal_pkg"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    shutil.copytree(folder, pkg / "model")
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.setitem(models.REGISTRY, "legal-minilm-l12",
-                        dataclasses.replace(spec, parts=(models.PackagedFile("fake_legal_pkg", "model", "ragkit"),)))
-    onnx = pkg / "model" / "model.onnx"
-    data = bytearray(onnx.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    onnx.write_bytes(bytes(data))
-    with pytest.raises(ModelNotFound, match="model.onnx does not match its pinned sha256") as info:
-        models.resolve("legal-minilm-l12", "reranker", tmp_path / "cache")
-    assert info.value.exit_code == 3
+    assert_a_changed_byte_is_refused("legal-minilm-l12", "reranker", tmp_path, monkeypatch)
 
 
 @pytest.fixture(scope="module")

@@ -121,8 +121,8 @@ def split_claims(answer: str) -> list[tuple[str, list[int]]]:
 from ragkit.answer.numbers import (  # noqa: E402
     Computation,
     computed_figures,
+    figure_name,
     unsupported_figures,  # noqa: E402,F401
-    written_numbers,
 )
 
 # a name: capitalised words, with "of", "and", "for", "the", "&" inside ("Code of Federal Regulations")
@@ -269,7 +269,7 @@ def attribute(answer: str, contexts: list["Context"], embedder, question: str | 
         # ratio, a change) is shown with its formula and cells, and flagged no more
         own_srcs = [c for c in contexts if c.n in marks] or list(contexts)
         computed = computed_figures(text, [c.text for c in own_srcs])
-        explained = {_figure_key(c.figure) for c in computed}
+        explained = {figure_name(c.quantity) for c in computed}
         # a claim's figures may come from the sentence or its neighbours in the same source
         # ("The term is two years." ... "It renews for one year.")
         figs_ok = np.array([i in cand and not [f for f in unsupported_figures(text, window[i]) if f not in explained]
@@ -302,12 +302,6 @@ def attribute(answer: str, contexts: list["Context"], embedder, question: str | 
                          support=float(score[picks[0]] if picks else score[best_any]), markers=marks,
                          flagged=flagged, missing_figures=missing, missing_names=names, computed=computed))
     return out
-
-
-def _figure_key(written: str) -> str:
-    """A figure as unsupported_figures names it ("4.7%", "1577")."""
-    (_, q), *_ = written_numbers(written) or [("", None)]
-    return f"{q.value:g}{'%' if q.percent else ''}" if q is not None else written
 
 
 def summary(claims: list[Claim]) -> dict:

@@ -192,6 +192,11 @@ def _months(text: str) -> set[str]:
 _IN_SCALE = re.compile(r"\bin\s+(thousands|millions|billions)\b", re.I)
 
 
+def figure_name(q: Quantity) -> str:
+    """A number as unsupported_figures names it ("4.7%", "4.11e+08")."""
+    return f"{q.value:g}{'%' if q.percent else ''}"
+
+
 def held_numbers(source: str) -> list[Quantity]:
     """The quantities a source holds: its numbers as written and, where it states its scale
     ("in millions"), each amount at that scale too."""
@@ -225,7 +230,7 @@ def unsupported_figures(claim: str, source) -> list[str]:
     have = held_numbers(source)
     for q in extract_numbers(digits(_SPAN.sub(" ", text))):
         if not any(same_number(q, h) for h in have):
-            bad.append(f"{q.value:g}{'%' if q.percent else ''}")
+            bad.append(figure_name(q))
     return list(dict.fromkeys(bad))
 
 
@@ -285,6 +290,7 @@ class Computation:
     figure: str
     formula: str
     cells: tuple[Cell, ...]
+    quantity: Quantity  # the figure as read (figure_name names it as unsupported_figures does)
 
     def to_json(self) -> dict:
         return {"figure": self.figure, "formula": self.formula,
@@ -323,16 +329,17 @@ def _computations(target: Quantity, written: str, operands: list[Cell], *, by_ta
             tries = []
             k = 100.0 if target.percent else 1.0
             if y and col:
-                tries.append((x / y * k, f"{a.written} / {b.written}{pct}"))
+                tries.append(("share", x / y * k, f"{a.written} / {b.written}{pct}"))
             if y and row:
                 # a change's sign is in the claim's words ("fell 5.5%"): its size is compared
-                tries.append((abs(x - y) / abs(y) * k, f"({a.written} - {b.written}) / {b.written}{pct}"))
+                tries.append(("change", abs(x - y) / abs(y) * k, f"({a.written} - {b.written}) / {b.written}{pct}"))
             if not target.percent and col:
-                tries += [(x - y, f"{a.written} - {b.written}"), (x + y, f"{a.written} + {b.written}")]
-            for value, formula in tries:
+                tries += [("difference", x - y, f"{a.written} - {b.written}"), ("sum", x + y, f"{a.written} + {b.written}")]
+            for op, value, formula in tries:
                 if abs(value - target.value) <= tol:
-                    key = (formula.split(" ")[1] if "/" not in formula else formula.count("-"), *sorted((x, y)))
-                    found.setdefault(key, Computation(written, f"{formula} = {written}", (a, b)))
+                    # b + a is a + b: one computation, not two
+                    key = (op, *sorted((x, y))) if op == "sum" else (op, x, y)
+                    found.setdefault(key, Computation(written, f"{formula} = {written}", (a, b), target))
     return list(found.values())
 
 
@@ -380,7 +387,7 @@ def _label_words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) >= 3 or w.isdigit()}
 
 
-__all__ = ["Cell", "Computation", "Quantity", "computed_figures", "digits", "extract_numbers", "held_numbers", "periods",
+__all__ = ["Cell", "Computation", "Quantity", "computed_figures", "digits", "extract_numbers", "figure_name", "held_numbers", "periods",
            "same_number",
            "table_cells", "unsupported_figures", "written_numbers"]
 
