@@ -154,7 +154,8 @@ def steps(recs: list[dict], args) -> None:
     only a collection with the words (the default) measures it."""
     import math
 
-    from ragkit.compare import _document_sentences, load_checklist
+    from ragkit.compare import document_sentences as _document_sentences
+    from ragkit.compare import load_checklist
     from ragkit.config import load_settings
     from ragkit.embed import load_embedder
     from ragkit.retrieve.search import resolve_docs

@@ -61,7 +61,7 @@ def measure(cache: Path, limit: int | None) -> list[dict]:
             best = None
             if c is not None:
                 # the sentence the check cites, or (unsupported) the one it found nearest
-                from ragkit.answer.claims import split_sentences
+                from ragkit.evidence.sentences import split_sentences
 
                 sents = [s for ctx in r.prompt.contexts for s in split_sentences(ctx.text)]
                 ce = session.reranker.score(claim, sents) if sents else []

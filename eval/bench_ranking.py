@@ -768,7 +768,7 @@ def not_found(names: list[str], cache: Path, gen, seed: int, method: str, docs_p
     # closest passages shown. Not a refusal, so answerable and unanswerable weigh the same:
     # the floor with the highest Youden J (share of answerable quoted + share of unanswerable
     # not quoted - 1) on the tuning half, reported on the held-out half.
-    from ragkit.answer.passages import is_extractive
+    from ragkit.retrieve.query import is_extractive
 
     for name in names:
         tr = [r for r in rows if r["set"] == name and r["half"] == "tune" and r["best"] is not None

@@ -106,6 +106,13 @@ RERANK_UNITS_DEFAULT = True
 # the table lane (retrieve.rerank_tables): 8 chosen on the SEC tuning half (4 / 8 / 16 / 60 tables: figure's page in the
 # prompt 0.912 / 0.941 / 0.941 / 0.941, 0.912 without), held-out half 0.927 -> 0.951 (eval/README.md "Reranker")
 RERANK_TABLES_DEFAULT = 8
+PACK_MARGIN_DEFAULT = 2.0
+WHOLE_MAX_TOKENS_DEFAULT: int | None = None
+PACK_PER_CHUNK_DEFAULT = 2
+PACK_OPENING_DEFAULT = True
+PACK_KEEP_SHARE_DEFAULT = 1.0
+PACK_CLAUSE_WORDS_DEFAULT = 0
+PACK_DROP_DEFAULT: float | None = None
 # A floor on a cross-encoder's score is that model's own (logits of another model mean other
 # things): "model" takes the floor the reranker ships with (the registry's `floors`, or a
 # trained folder's reranker.json), a number sets it, "off" (or None) turns it off. The
@@ -164,6 +171,28 @@ class RetrieveSettings(BaseModel):
         "score over the pool is below this logit (ragkit.retrieve.abstain.reranker_reason; 'model': the reranker's own "
         "not_found floor, none for ms-marco-minilm-l12; 'off' = no floor)",
     )
+    whole_max_tokens: int | None = Field(
+        WHOLE_MAX_TOKENS_DEFAULT, ge=0, description="named documents go into the prompt whole (every chunk, in document "
+        "order: a prefix the KV cache can keep across questions) only when that costs at most this many tokens; else "
+        "their best sources are packed. None: whenever they fit n_ctx")
+    # prompts packed from units (ragkit/retrieve/packing.py; figures: eval/README.md "Packing units")
+    pack: Literal["units", "chunks"] = Field(
+        "units", description="units: each source shows the sentences and list items the cross-encoder rated on the "
+        "question, each in its smallest whole clause; chunks: each source is its whole chunk")
+    pack_margin: float = Field(PACK_MARGIN_DEFAULT, ge=0, description="units: a unit within this many logits of the "
+                               "pool's best unit goes in")
+    pack_per_chunk: int = Field(PACK_PER_CHUNK_DEFAULT, ge=1, description="units: each source's best N units go in")
+    pack_clause_words: int = Field(PACK_CLAUSE_WORDS_DEFAULT, ge=0, description="units: a unit's paragraph goes in "
+                                   "whole when it has at most this many words (else the unit, with its list's lead-in)")
+    pack_drop: float | None = Field(PACK_DROP_DEFAULT, description="units: a source whose best unit is more than this "
+                                    "many logits under the pool's best is left out once pack_min_sources are kept "
+                                    "(none: never)")
+    pack_min_sources: int = Field(3, ge=1, description="units: sources kept whatever pack_drop says")
+    pack_keep_share: float = Field(PACK_KEEP_SHARE_DEFAULT, ge=0, le=1, description="units: a source whose units "
+                                   "on the question would keep more than this share of its chunk's characters goes in "
+                                   "whole (a cut clause for a small saving: CUAD's clauses are one long sentence)")
+    pack_opening: bool = Field(PACK_OPENING_DEFAULT, description="units: each source also shows its chunk's first "
+                               "sentence (a numbered clause's opening says what the clause is about)")
     # reranker: CUAD tuning half (112 answerable questions, quoted): supported quotes holding the gold clause
     # 47 -> 62 of 81, gold in the passages 0.536 -> 0.679 (eval/README.md "CUAD")
     passages_by: Literal["embedder", "reranker"] = Field(
@@ -225,6 +254,13 @@ class RetrieveSettings(BaseModel):
         True, description="show the model's own text beside the passages of an unverified answer, marked as "
         "unverified (false: only the passages; `ragkit serve` then sends a stream's text when it is checked)",
     )
+    per_document: Literal["each", "together", "off"] = Field(
+        "each", description="a question that names no document, whose sources come from several: each: one short "
+        "answer per document, generated and checked against that document's sources alone (a small generator "
+        "mixes documents in one answer); together: one prompt, its sources grouped by document, asking for an "
+        "answer per document (a strong generator, one prefill); off: one answer over all the sources")
+    per_document_max: int = Field(4, ge=1, description="per_document: at most this many documents answered, those "
+                                  "of the best-ranked sources first")
 
 
 class GeneratorSettings(BaseModel):

@@ -29,6 +29,33 @@ def test_ask_answers_from_one_document_with_citations(nda_store, no_outbound_net
     assert all(c.quote and c.quote in next(x.text for x in r.prompt.contexts if x.n == c.n) for c in r.citations)
 
 
+# each NDA's own survival term, as its clause words it (the demo store's question, `make demo`)
+TERMS = {"ai-osi-stack-mutual-nda.md": "three (3) years", "bonterms-mutual-nda-v1.pdf": "Confidentiality Period",
+         "common-paper-mutual-nda-v1-standard-terms.md": "Term of Confidentiality",
+         "common-paper-mutual-nda-v1.docx": "confidentiality_term"}
+
+
+def test_a_question_over_the_store_is_answered_document_by_document(nda_store, no_outbound_network):
+    """The demo's question names no document and its sources come from several NDAs: each
+    is answered and checked on its own sources, its term beside its name, and no claim
+    about one NDA rests on another's sentence."""
+    before = len(no_outbound_network)
+    r = ask(QUESTION, nda_store)
+    assert len(no_outbound_network) == before, f"sockets opened during ask: {no_outbound_network[before:]}"
+    assert r.answer_kind == "per_document" and len(r.findings) >= 3, r.answer
+    answered = [f for f in r.findings if f.outcome != "not_found"]
+    assert {f.doc for f in answered} >= {"ai-osi-stack-mutual-nda.md", "bonterms-mutual-nda-v1.pdf"}, r.answer
+    for f in answered:
+        # the answer names the document, then what it says (or the passages that say it)
+        assert f"{f.doc}: " in r.answer
+        if f.doc in TERMS:
+            assert TERMS[f.doc].lower() in f.answer.lower(), (f.doc, f.answer)
+        for c in f.claims:
+            assert c.doc == f.doc and all(s.doc == f.doc for s in c.citations), (f.doc, c.to_json())
+        assert all(c.doc == f.doc for c in f.citations)
+    assert r.to_json()["findings"][0]["doc"] == r.findings[0].doc
+
+
 @pytest.mark.complete
 def test_follow_up_reuses_the_cached_prefix(nda_store):
     """Two questions through one Session: one loaded model, whose KV cache holds the document."""
@@ -140,3 +167,18 @@ def test_several_named_documents_are_each_represented_and_answered_per_document(
     tight = make_settings(nda_store.store, n_ctx=512, max_tokens=96)
     with pytest.raises(UsageError, match="could not be represented"):
         ask("How long do the confidentiality obligations survive?", tight, docs=docs, dry_run=True)
+
+
+def test_one_prompt_for_several_documents_groups_their_sources_and_asks_per_document(nda_store):
+    """retrieve.per_document = "together" (a generator strong enough for one prompt): the
+    sources are grouped under their documents and the question asks for an answer per
+    document; a question naming one document is asked as written."""
+    from ragkit.retrieve.pipeline import TOGETHER_NOTE
+
+    together = nda_store.model_copy(update={"retrieve": nda_store.retrieve.model_copy(update={"per_document": "together"})})
+    r = ask(QUESTION, together, dry_run=True)
+    docs = [c.doc for c in r.prompt.contexts]
+    assert len(set(docs)) >= 2 and TOGETHER_NOTE in r.prompt.text
+    assert docs == sorted(docs, key=docs.index)  # each document's sources together, under its name
+    one = ask(QUESTION, together, docs=["bonterms-mutual-nda-v1.pdf"], dry_run=True)
+    assert TOGETHER_NOTE not in one.prompt.text

@@ -67,12 +67,12 @@ def test_wording_changes_lists_what_a_lawyer_would_mark_up():
 
 def test_clause_quote_keeps_the_lead_in_of_a_list_item():
     import ragkit.compare
-    from ragkit.compare import _words
+    from ragkit.evidence.words import words
 
     text = ("3. Exceptions. The Receiving Party’s obligations do not apply to information that it can demonstrate: "
             "(a) is or becomes publicly available; (b) it rightfully knew before; (c) it rightfully obtained from a third party; "
             "or (d) it independently developed without using the Confidential Information.")
-    want = _words("Independent development May the receiving party independently develop similar information?")
+    want = words("Independent development May the receiving party independently develop similar information?")
     q = clause_quote(text, want, {})
     assert q.startswith("The Receiving Party’s obligations do not apply") and "(d) it independently developed" in q
     assert "(a) is or becomes" not in q
@@ -191,15 +191,15 @@ def test_document_mode_scores_labels_on_the_shared_document_prefix(nda_store):
 def test_compare_flags_figures_with_the_shared_claims_check():
     """One mechanism for ask, chat, compare and serve, defined once: compare's figure check
     (the name `ragkit.compare` exports and the one `check_item` calls) is
-    ragkit.answer.numbers.unsupported_figures itself, not a second function around it (a
+    ragkit.evidence.figures.unsupported_figures itself, not a second function around it (a
     month the document never names is flagged, as in ask)."""
     from types import SimpleNamespace as C
 
     import ragkit.answer.claims
-    import ragkit.answer.numbers
     import ragkit.compare.item_label
+    import ragkit.evidence.figures
 
-    shared = ragkit.answer.numbers.unsupported_figures
+    shared = ragkit.evidence.figures.unsupported_figures
     assert unsupported_figures is shared and ragkit.compare.item_label.unsupported_figures is shared
     assert ragkit.answer.claims.unsupported_figures is shared
     ctx = [C(text="1. Term. This NDA starts on the Effective Date, 1 January 2024, and lasts two (2) years.")]

@@ -114,7 +114,7 @@ def test_every_command_lives_in_ragkit_commands():
 
 def test_ask_chat_compare_eval_do_not_reach_into_the_store_or_the_index():
     """Retrieval is behind `ragkit.retrieve.retrieve`; the callers compose it."""
-    for mod in ("answer/ask.py", "answer/chat.py", "compare/item_label.py", "compare/quotes.py", "compare/report.py",
+    for mod in ("answer/ask.py", "answer/chat.py", "compare/compare.py", "compare/item_label.py", "compare/quotes.py", "compare/report.py",
                 "eval/run.py"):
         src = (ROOT / "ragkit" / mod).read_text()
         for internal in ("hybrid_search", "open_index(", "resolve_docs(", "store.documents()", "_round_robin"):

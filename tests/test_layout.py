@@ -3,7 +3,7 @@ and ruff catch a violation planted in a copy of the package. The checks on the r
 in .ci/run before the tests; here each is shown failing on purpose, and passing on the copy
 as it is. One front door per module: no module is another's alias (an entry in `sys.modules`
 under a second name, or a file that only imports), and `ragkit.serve.app` exports only what it
-defines."""
+defines. No package imports another's private (underscore) names."""
 
 from __future__ import annotations
 
@@ -57,6 +57,48 @@ def test_ruff_fails_on_an_unused_name_and_on_unsorted_imports(tree):
     planted.write_text("import sys\nimport os\n\nprint(os.sep)\n")
     out = ruff(planted)
     assert out.returncode == 1 and "F401" in out.stdout and "I001" in out.stdout
+
+
+# `import ragkit` sets the offline switches first (ragkit/__init__.py: `from ragkit import _offline`)
+UNDERSCORE_ALLOWED = {("__init__.py", "ragkit", "_offline")}
+
+
+def _underscore_imports_across_packages(package: Path) -> list[str]:
+    """Each private name (`_x`, not `__x__`) a module of `package` imports from a module of
+    another package of it (ragkit.<first level>; a top-level module is a package of its own),
+    as "path:line module.name"."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        parts = rel.with_suffix("").parts
+        mine = parts[0] if len(parts) > 1 else rel.with_suffix("").as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    and node.module.split(".")[0] == package.name):
+                continue
+            theirs = node.module.split(".")[1] if "." in node.module else ""
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and theirs != mine and (rel.as_posix(), node.module, alias.name) not in UNDERSCORE_ALLOWED:
+                    found.append(f"{rel.as_posix()}:{node.lineno} {node.module}.{alias.name}")
+    return found
+
+
+def test_no_package_imports_another_packages_private_names(tmp_path):
+    """A name another package needs is public: `ragkit.compare` once read `_words`,
+    `_quotable` and `_is_heading` of ragkit.answer.passages, the cluster `_parse_one` of
+    ragkit.ingest.pipeline (now ragkit.evidence.words.words, ragkit.evidence.quotes.quotable
+    and is_heading, ragkit.ingest.pipeline.parse_one)."""
+    assert _underscore_imports_across_packages(ROOT / "ragkit") == []
+    planted = tmp_path / "ragkit"
+    (planted / "compare").mkdir(parents=True)
+    (planted / "answer").mkdir()
+    (planted / "__init__.py").write_text("from ragkit import _offline  # noqa\n")
+    (planted / "compare" / "quotes.py").write_text("from ragkit.answer.passages import _words, clause_quote  # noqa\n"
+                                                   "from ragkit.compare.report import _conf  # noqa\n")
+    (planted / "answer" / "ask.py").write_text("from ragkit import _offline  # noqa\n")
+    assert _underscore_imports_across_packages(planted) == ["answer/ask.py:1 ragkit._offline",
+                                                            "compare/quotes.py:1 ragkit.answer.passages._words"]
 
 
 # The one sys.modules write ragkit keeps: while a parse worker is spawned, `__main__` is a

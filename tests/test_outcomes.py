@@ -45,7 +45,7 @@ def embedder(nda_store):
     ("It lasts one year.", "a one-year term"),
 ])
 def test_figures_read_with_text2num_are_supported(claim, source):
-    from ragkit.answer.numbers import unsupported_figures
+    from ragkit.evidence.figures import unsupported_figures
 
     assert unsupported_figures(claim, source) == [], (claim, source)
 
@@ -59,7 +59,7 @@ def test_figures_read_with_text2num_are_supported(claim, source):
     ("It lasts 1 year", "Section 1. Term", ["1 year"]),  # a section number is no period
 ])
 def test_figures_the_source_lacks_are_named(claim, source, missing):
-    from ragkit.answer.numbers import unsupported_figures
+    from ragkit.evidence.figures import unsupported_figures
 
     assert unsupported_figures(claim, source) == missing
 
@@ -94,7 +94,7 @@ def test_figures_the_source_lacks_are_named(claim, source, missing):
     ("$1.2 bn", [1.2e9]),
 ])
 def test_ranges_and_units_are_read_as_written(text, values):
-    from ragkit.answer.numbers import extract_numbers
+    from ragkit.evidence.figures import extract_numbers
 
     assert [q.value for q in extract_numbers(text)] == values
 
@@ -102,7 +102,7 @@ def test_ranges_and_units_are_read_as_written(text, values):
 def test_a_range_and_a_distance_in_an_answer_are_supported_by_the_same_figures():
     """Through the check ask and compare use: the range's upper end is no -10,000 the
     source lacks, and "5 m" no 5,000,000."""
-    from ragkit.answer.numbers import unsupported_figures
+    from ragkit.evidence.figures import unsupported_figures
 
     assert unsupported_figures("The fee is $5,000 - $10,000.", "a fee of between $5,000 and $10,000") == []
     assert unsupported_figures("It must stay within 5 m of the site.", "no closer than five (5) metres") == []
@@ -119,7 +119,7 @@ APPLE = """|  | Three Months Ended December 31, 2022 | Three Months Ended Decemb
 
 
 def test_a_table_cell_is_named_by_its_row_and_column():
-    from ragkit.answer.numbers import table_cells
+    from ragkit.evidence.figures import table_cells
 
     cells = table_cells("Apple's quarter.\n" + APPLE)
     assert [(c.written, c.label) for c in cells][:2] == [
@@ -138,7 +138,7 @@ def test_a_table_cell_is_named_by_its_row_and_column():
     ("Gross margin of 50,332 less operating income of 36,016 leaves 14,316.", "50,332 - 36,016 = 14,316"),
 ])
 def test_a_figure_computed_from_cells_shows_its_formula_and_cells(claim, formula):
-    from ragkit.answer.numbers import computed_figures, unsupported_figures
+    from ragkit.evidence.figures import computed_figures, unsupported_figures
 
     (comp,) = computed_figures(claim, [APPLE])
     assert comp.formula == formula
@@ -150,7 +150,7 @@ def test_a_figure_no_single_computation_gives_stays_unexplained():
     """No computation of two cells of one column or row gives 31.5%; and 25% is a share in
     either period of this table: two computations, so a guess, not evidence. Read across
     columns, 30.74% would be a guess too ((54,243 - 41,488) / 41,488 gives it by chance)."""
-    from ragkit.answer.numbers import computed_figures
+    from ragkit.evidence.figures import computed_figures
 
     assert computed_figures("The operating margin was 31.5% in the quarter.", [APPLE]) == []
     two = "|  | 2022 | 2021 |\n|---|---|---|\n| Fees | 10 | 20 |\n| Revenue | 40 | 80 |\n"
@@ -173,7 +173,7 @@ def test_a_computed_figure_is_no_longer_missing_and_the_claim_shows_it(embedder)
 def test_an_amount_in_a_statement_in_millions_supports_the_answers_millions():
     """"$411 million" is the "411" of a statement that says it is in millions (its title, in
     the section path the claims check reads beside the sentence), and nowhere else."""
-    from ragkit.answer.numbers import computed_figures, unsupported_figures
+    from ragkit.evidence.figures import computed_figures, unsupported_figures
 
     row = "| Total restructuring and impairment charges | $ 411 | $ 247 |"
     claim = "Restructuring and impairment charges were $411 million."
@@ -186,13 +186,13 @@ def test_an_amount_in_a_statement_in_millions_supports_the_answers_millions():
 
 
 def test_figures_are_the_pipelines_and_eval_reads_them_the_same_way():
-    """The pipeline does not import eval: the number helpers live in ragkit.answer.numbers
+    """The pipeline does not import eval: the number helpers live in ragkit.evidence.figures
     and ragkit.eval.metrics takes them from there."""
-    import ragkit.answer.numbers as F
     import ragkit.eval.metrics as M
+    import ragkit.evidence.figures as F
 
     assert M.extract_numbers is F.extract_numbers and M.same_number is F.same_number
-    src = (__import__("pathlib").Path(F.__file__).parent / "claims.py").read_text(encoding="utf-8")
+    src = (__import__("pathlib").Path(F.__file__).parents[1] / "answer" / "claims.py").read_text(encoding="utf-8")
     assert "ragkit.eval" not in src and "ragkit.eval" not in open(F.__file__, encoding="utf-8").read()
 
 
@@ -351,7 +351,7 @@ def test_not_found_cites_nothing_and_keeps_abstained_for_compatibility(nda_store
 # ---------------------------------------------------------------------- quoted answers
 
 def test_is_extractive_reads_the_clause_asking_forms():
-    from ragkit.answer.passages import is_extractive
+    from ragkit.retrieve.query import is_extractive
 
     assert is_extractive("Which part of this contract concerns Non-Compete (Is there a restriction?)? Quote it.")
     assert is_extractive('Highlight the parts (if any) of this contract related to "Governing Law" that should be '

@@ -119,3 +119,51 @@ def test_prompt_never_exceeds_the_budget(vocab, n_ctx, max_tokens, sizes, qlen):
     assert sum(len(vocab.tokenize(t, special=s, add_bos=(i == 0))) for i, (t, s) in enumerate(p.segments)) == len(p.ids)
     for c in p.contexts:  # every source block is whole: header and body present
         assert f"[{c.n}] {c.doc} |" in p.text
+
+
+# ---------------------------------------------------------------------- prompts packed from units
+
+SURVIVAL = ("Recipient’s obligations relating to Confidential Information will survive for the Confidentiality Period, "
+            "despite expiration or termination of this NDA.")
+
+
+def _retrieve_settings(settings, **kw):
+    return settings.model_copy(update={"retrieve": settings.retrieve.model_copy(update=kw)})
+
+
+def test_a_packed_prompt_holds_the_gold_clause_at_fewer_tokens(nda_store):
+    """The cross-encoder's unit scores choose what of each chunk enters the prompt: Bonterms'
+    survival sentence comes with its clause's opening, in fewer tokens than the chunks."""
+    from ragkit.retrieve import retrieve
+
+    q = "How long do the confidentiality obligations survive after the agreement ends?"
+    doc = ["bonterms-mutual-nda-v1.pdf"]
+    units = retrieve(q, _retrieve_settings(nda_store, whole_max_tokens=0), doc)
+    chunks = retrieve(q, _retrieve_settings(nda_store, whole_max_tokens=0, pack="chunks"), doc)
+    assert units.prompt.mode == chunks.prompt.mode == "retrieved"
+    held = [c for c in units.prompt.contexts if SURVIVAL in c.text]
+    assert len(held) == 1 and held[0].excerpt and held[0].text.startswith("6. Term and Termination."), held
+    assert SURVIVAL in chunks.prompt.text
+    assert len(units.prompt.ids) < 0.8 * len(chunks.prompt.ids), (len(units.prompt.ids), len(chunks.prompt.ids))
+    # the ids are what the model reads: the sources as shown, within the budget
+    assert len(units.prompt.ids) + nda_store.generator.max_tokens <= nda_store.generator.n_ctx
+
+
+def test_a_list_item_carries_its_lead_in_in_the_prompt_and_in_the_quote(nda_store):
+    """Common Paper's exception (d) is a list item of one long sentence: the packed source and
+    the passage quoted from it both read it after the words it completes."""
+    from ragkit.answer.passages import best_passages
+    from ragkit.retrieve import retrieve
+    from ragkit.session import Session
+
+    q = "Does the agreement exclude information the recipient develops independently?"
+    session = Session.of(_retrieve_settings(nda_store, whole_max_tokens=0))
+    r = retrieve(q, session, ["common-paper-mutual-nda-v1-standard-terms.md"])
+    lead = "do not apply to information that it can demonstrate:"
+    item = "(d) it independently developed without using or referencing the Confidential Information"
+    src = next(c for c in r.prompt.contexts if item in c.text)
+    assert src.excerpt and lead in src.text and src.text.index(lead) < src.text.index(item)
+    assert "(a)" not in src.text  # the other items are not what the question is about
+    found = best_passages(q, r.prompt.contexts, session.embedder, reranker=session.reranker)
+    quote = found.passages[0].quote
+    assert item in quote and lead in quote and quote.index(lead) < quote.index(item), quote

@@ -48,6 +48,28 @@ OUTCOMES = ("supported", "unverified", "not_found")
 
 
 @dataclass
+class DocumentAnswer:
+    """What one document says, when a question over the store is answered document by
+    document (`retrieve.per_document`): its answer, generated and checked against its own
+    sources alone, with its outcome, claims, citations and passages."""
+
+    doc: str
+    doc_id: str
+    outcome: str
+    answer: str
+    claims: list[Claim] = field(default_factory=list)
+    citations: list[Citation] = field(default_factory=list)
+    passages: list[Passage] = field(default_factory=list)
+    reason: str | None = None  # why it is not supported (unverified or not_found)
+    model_answer: str | None = None
+
+    def to_json(self) -> dict:
+        return {"doc": self.doc, "outcome": self.outcome, "answer": self.answer, "reason": self.reason,
+                "model_answer": self.model_answer, "claims": [c.to_json() for c in self.claims],
+                "citations": [c.to_json() for c in self.citations], "passages": [p.to_json() for p in self.passages]}
+
+
+@dataclass
 class AskResult:
     question: str
     prompt: Prompt
@@ -68,6 +90,7 @@ class AskResult:
     # the documents' unaccepted tracked changes listed (a question about what was struck or inserted)
     answer_kind: str = "generated"
     unverified_reason: str | None = None  # why the model's answer is not verified (outcome unverified)
+    findings: list[DocumentAnswer] = field(default_factory=list)  # a question over several documents: one per document
 
     @classmethod
     def from_retrieval(cls, r: Retrieval) -> "AskResult":
@@ -90,12 +113,14 @@ class AskResult:
             "passages": [p.to_json() for p in self.passages],
             "model_answer": self.model_answer,
             "unverified_reason": self.unverified_reason,
+            "findings": [f.to_json() for f in self.findings],
             # kept for compatibility: abstained is true for not_found only
             "abstained": self.abstained,
             "abstain_reason": self.abstain_reason,
             "unsupported_answer": self.unsupported_answer,
             "usage": {
-                "prompt_tokens": len(self.prompt.ids),
+                # answered document by document: every prompt prefilled, not the shared one
+                "prompt_tokens": g.prompt_tokens if self.findings else len(self.prompt.ids),
                 "completion_tokens": g.completion_tokens,
                 "cached_tokens": g.cached_tokens,
             },
@@ -165,9 +190,68 @@ def ask(
         return result
     cap = session.settings.generator.max_tokens
     limit = cap if max_tokens is None else max(1, min(max_tokens, cap))
+    if not docs and session.settings.retrieve.per_document == "each" and answer_per_document(
+            result, r, session, generator, limit, t0, on_text):
+        return result
     gen = generator.generate(r.prompt.ids, max_tokens=limit, on_text=on_text)
     finish(result, gen, t0, session)
     return result
+
+
+def answer_per_document(result: AskResult, r: Retrieval, session: Session, generator, limit: int, t0: float,
+                        on_text: Callable[[str], None] | None = None) -> bool:
+    """A question that names no document, whose sources come from several: one short
+    answer per document (`ragkit.retrieve.pipeline.document_prompts`), each generated and
+    checked against that document's sources alone (`finish`), so no claim about one
+    document rests on another's sentence. The answer names each document before what it
+    says; the documents whose sources hold nothing on point are named after them. The
+    outcome: supported when every document answered is, unverified when one is not, and
+    not_found when none holds anything on point. Returns whether it answered (False: the
+    sources come from one document)."""
+    from ragkit.retrieve.pipeline import document_prompts
+
+    prompts = document_prompts(r, generator, session.settings, most=session.settings.retrieve.per_document_max)
+    if not prompts:
+        return False
+    gens: list[Generation] = []
+    for i, prompt in enumerate(prompts):
+        doc = prompt.contexts[0].doc
+        if on_text is not None:
+            on_text(("\n\n" if i else "") + f"{doc}: ")
+        part = AskResult(question=result.question, prompt=prompt)
+        gen = generator.generate(prompt.ids, max_tokens=limit, on_text=on_text)
+        finish(part, gen, t0, session)
+        gens.append(gen)
+        for c in part.claims:
+            c.doc = doc
+        result.findings.append(DocumentAnswer(
+            doc=doc, doc_id=prompt.contexts[0].doc_id, outcome=part.outcome, answer=display_text(part),
+            claims=part.claims, citations=part.citations, passages=part.passages,
+            reason=part.unverified_reason or part.abstain_reason, model_answer=part.model_answer))
+    shown = [f for f in result.findings if f.outcome != "not_found"]
+    silent = [f.doc for f in result.findings if f.outcome == "not_found"]
+    lines = [f"{f.doc}: {f.answer}" for f in shown]
+    if silent and shown:
+        lines.append("Nothing on point among the sources of " + ", ".join(silent) + ".")
+    result.claims = [c for f in result.findings for c in f.claims]
+    result.citations = [c for f in shown for c in f.citations]
+    result.passages = [p for f in shown for p in f.passages]
+    if not shown:
+        _not_found(result, "; ".join(f"{f.doc}: {f.reason}" for f in result.findings))
+    else:
+        result.answer = "\n\n".join(lines)
+        unverified = [f for f in shown if f.outcome == "unverified"]
+        result.outcome = "unverified" if unverified else "supported"
+        if unverified:
+            result.unverified_reason = "; ".join(f"{f.doc}: {f.reason}" for f in unverified)
+    result.answer_kind = "per_document"
+    result.generation = Generation(
+        text=result.answer, prompt_tokens=sum(g.prompt_tokens for g in gens),
+        completion_tokens=sum(g.completion_tokens for g in gens), cached_tokens=sum(g.cached_tokens for g in gens),
+        ttft_s=gens[0].ttft_s, total_s=sum(g.total_s for g in gens), finish_reason=gens[-1].finish_reason)
+    result.timings.update({"generate_s": result.generation.total_s, "ttft_s": gens[0].ttft_s,
+                           "total_s": time.perf_counter() - t0})
+    return True
 
 
 @dataclass
@@ -239,11 +323,11 @@ def abstain_if_irrelevant(result: AskResult, r: Retrieval, t0: float, on_text: C
 def answer_by_quoting(result: AskResult, r: Retrieval, t0: float, session: Session,
                       on_text: Callable[[str], None] | None = None) -> bool:
     """A question that asks for the clause itself ("Which part of this contract concerns X?
-    Quote it.", "Highlight the parts ...": `ragkit.answer.passages.is_extractive`) is
+    Quote it.", "Highlight the parts ...": `ragkit.retrieve.query.is_extractive`) is
     answered by quoting the sources' best passages, without generating (a small model
     restates such a question instead of quoting). not_found when no passage is on point.
     Returns whether it answered (off with `retrieve.extractive = false`)."""
-    from ragkit.answer.passages import is_extractive
+    from ragkit.retrieve.query import is_extractive
 
     if not session.settings.retrieve.extractive or not is_extractive(result.question):
         return False
@@ -445,7 +529,7 @@ def unsupported_note(result: AskResult) -> str:
     """When some claims of an unverified answer are supported and others not, the ones no
     source sentence supports, named: "Not supported by the sources: “...”.", else ""."""
     loose = [c.text for c in result.claims if not c.supported]
-    if not loose or len(loose) == len(result.claims):
+    if not loose or len(loose) == len(result.claims) or result.findings:  # per document: each finding says its own
         return ""
     return NOT_SUPPORTED_NOTE + " ".join(f"\u201c{t.strip()}\u201d" for t in loose) + "\n\n"
 
@@ -493,12 +577,13 @@ def responsive(question: str, claims: list[Claim], contexts) -> bool:
     heading) names one of the question's key words (`ragkit.answer.passages.key_terms`).
     A small model asked which law governs may copy the counterparts sentence: supported,
     and no answer."""
-    from ragkit.answer.passages import _words, key_terms
+    from ragkit.answer.passages import key_terms
+    from ragkit.evidence.words import words
 
     want = key_terms(question, contexts)
     if not want:
         return True
-    return any(want & _words(f"{s.quote} {s.section or ''}") for c in claims for s in c.citations)
+    return any(want & words(f"{s.quote} {s.section or ''}") for c in claims for s in c.citations)
 
 
 def ask_choice(

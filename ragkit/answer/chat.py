@@ -42,9 +42,9 @@ STATE_VERSION = 1
 
 
 class ChatSession:
-    def __init__(self, settings: Session | Settings, docs: list[str] | None = None, *, state_dir: Path | None = None):
-        self.session = Session.of(settings)
-        self.settings = settings = self.session.settings
+    def __init__(self, session: Session | Settings, docs: list[str] | None = None, *, state_dir: Path | None = None):
+        self.session = Session.of(session)
+        self.settings = self.session.settings
         self.docs = list(docs or [])
         self.generator = self.session.generator
         self.state_dir = Path(state_dir) if state_dir is not None else None

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 
+from ragkit.evidence.words import content_words, plain_words
 from ragkit.retrieve.prompt import Context
 
 _MARK = re.compile(r"\[(\d+(?:\s*[,;–-]\s*\d+)*)\]")
-_WORD = re.compile(r"\w+", re.U)
 _SENT = re.compile(r"(?<=[.!?;:。；])\s+|\n+")
 ABSTAIN = "the documents do not say"
 
@@ -48,7 +47,8 @@ class Citation:
                 "inferred": self.inferred}
 
 
-def _numbers(spec: str) -> list[int]:
+def marker_numbers(spec: str) -> list[int]:
+    """The source numbers a marker's inside names: "1, 3" -> [1, 3], "2-4" -> [2, 3, 4]."""
     out: list[int] = []
     for part in re.split(r"\s*[,;]\s*", spec):
         if re.fullmatch(r"\d+\s*[–-]\s*\d+", part):
@@ -61,17 +61,13 @@ def _numbers(spec: str) -> list[int]:
     return out
 
 
-def _words(s: str) -> set[str]:
-    return {w.lower() for w in _WORD.findall(s) if len(w) > 2}
-
-
 def best_quote(ctx_text: str, claim: str, limit: int = 300) -> str:
     """The sentence of the source that shares the most words with the claim citing it."""
     sents = [s.strip() for s in _SENT.split(ctx_text) if s.strip()]
     if not sents:
         return ctx_text[:limit]
-    cw = _words(claim)
-    best = max(sents, key=lambda s: (len(_words(s) & cw), -abs(len(s) - 200)))
+    cw = plain_words(claim)
+    best = max(sents, key=lambda s: (len(plain_words(s) & cw), -abs(len(s) - 200)))
     return best if len(best) <= limit else best[: limit - 1].rstrip() + "…"
 
 
@@ -88,7 +84,7 @@ def extract(answer: str, contexts: list[Context]) -> tuple[list[Citation], list[
     for sent in re.split(r"(?<=[.!?])\s+|\n+", answer):
         for m in _MARK.finditer(sent):
             claim = _MARK.sub("", sent)
-            for n in _numbers(m.group(1)):
+            for n in marker_numbers(m.group(1)):
                 ctx = by_n.get(n)
                 if ctx is None:
                     if n not in invalid:
@@ -111,23 +107,6 @@ def extract(answer: str, contexts: list[Context]) -> tuple[list[Citation], list[
 # sharing "the", "this", "agreement" with an answer says nothing about where it came from.
 INFER_MIN_SHARE = 0.5
 INFER_MIN_WORDS = 2
-
-
-@lru_cache(maxsize=1)
-def _stem():
-    import snowballstemmer
-
-    return snowballstemmer.stemmer("english").stemWords
-
-
-def content_words(text: str) -> set[str]:
-    """Stemmed content words: English stopwords dropped (bm25s's list, as retrieval
-    uses), words of three letters or more and numbers of two digits or more
-    ("confidential" and "confidentiality" are one word)."""
-    from ragkit.store.lexical import tokenize
-
-    words = [w for w in tokenize(text) if (len(w) >= 3 and not w.isdigit()) or (w.isdigit() and len(w) >= 2)]
-    return set(words)  # tokenize already stems with Snowball (stemming twice is not idempotent)
 
 
 def infer_source(answer: str, contexts: list[Context]) -> Context | None:

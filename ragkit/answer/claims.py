@@ -9,10 +9,10 @@ sources in the prompt when
 
 - the two mean the same (the store's embedder) and share the claim's content words
   (stemmed, stopwords dropped): `support` is their combination, calibrated so that one
-  threshold holds for every embedder (see `_calibrated`), and
+  threshold holds for every embedder (ragkit.evidence.similarity), and
 - every figure of the claim (number, date, period, amount, percentage) occurs in that
   sentence or the sentences beside it in the same source (`unsupported_figures`, read by
-  ragkit.answer.numbers; the one check that ask, chat, compare and serve use).
+  ragkit.evidence.figures; the one check that ask, chat, compare and serve use).
 
 The citation shown is that sentence, with its document, page and section, not the whole
 chunk. A marker [n] the model wrote that points at a source which does not support its
@@ -28,7 +28,11 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ragkit.answer.citations import SourceSpan
+from ragkit.answer.citations import SourceSpan, is_abstention, marker_numbers
+from ragkit.evidence.figures import Computation, computed_figures, figure_name, unsupported_figures
+from ragkit.evidence.sentences import BULLET, sentences, split_sentences
+from ragkit.evidence.similarity import ANCHORS, calibrated_cosine, embed_docs, unit_vector
+from ragkit.evidence.words import content_words, name_words
 
 if TYPE_CHECKING:  # pragma: no cover
     from ragkit.retrieve.prompt import Context
@@ -67,21 +71,18 @@ class Claim:
     missing_names: list[str] = field(default_factory=list)
     # figures no source holds that one computation of the sources' figures gives (formula, cells)
     computed: list[Computation] = field(default_factory=list)
+    doc: str | None = None  # the document it is about, when the answer is given document by document
 
     def to_json(self) -> dict:
-        return {"text": self.text, "supported": self.supported, "citations": [c.to_json() for c in self.citations],
+        return {"text": self.text, "doc": self.doc, "supported": self.supported, "citations": [c.to_json() for c in self.citations],
                 "support": round(self.support, 3), "markers": self.markers, "flagged_markers": self.flagged,
                 "missing_figures": self.missing_figures, "missing_names": self.missing_names,
                 "computed_figures": [c.to_json() for c in self.computed]}
 
 
 # ------------------------------------------------------------------ splitting
-# the one sentence splitter of ragkit (ragkit.sentences): the answer's claims and the
-# sources' sentences are cut by the same rules as the chunks and the quotes
-from ragkit.sentences import BULLET as _BULLET  # noqa: E402
-from ragkit.sentences import sentences as _sentences  # noqa: E402
-from ragkit.sentences import split_sentences  # noqa: E402,F401  (re-exported: its old home)
-
+# the one sentence splitter of ragkit (ragkit.evidence.sentences): the answer's claims and
+# the sources' sentences are cut by the same rules as the chunks and the quotes
 _MD = re.compile(r"\*\*|__|`|^#+\s*")
 _MARKS = re.compile(r"\s*\[(\d+(?:\s*[,;–-]\s*\d+)*)\]")
 
@@ -91,16 +92,14 @@ def split_claims(answer: str) -> list[tuple[str, list[int]]]:
     written on it; markers after a sentence's full stop belong to that sentence. Headings
     ("**Bonterms:**") and sentences without content words ("Yes.") are not claims, nor is
     the abstention sentence."""
-    from ragkit.answer.citations import _numbers, content_words, is_abstention
-
     out: list[tuple[str, list[int]]] = []
     for line in answer.replace("\r", "").split("\n"):
         line = _MD.sub("", line).strip()
-        line = _BULLET.sub("", line)
+        line = BULLET.sub("", line)
         if not line:
             continue
-        for sent in _sentences(line):
-            marks = [n for m in _MARKS.finditer(sent) for n in _numbers(m.group(1))]
+        for sent in sentences(line):
+            marks = [n for m in _MARKS.finditer(sent) for n in marker_numbers(m.group(1))]
             text = re.sub(r"\s+([.,;:!?])", r"\1", _MARKS.sub("", sent)).strip()
             if not re.search(r"\w", text):
                 if out and marks:  # "... two years. [1]": the marker is the previous sentence's
@@ -115,15 +114,9 @@ def split_claims(answer: str) -> list[tuple[str, list[int]]]:
 
 
 # ------------------------------------------------------------------ figures and names
-# Figures are read by ragkit.answer.numbers (text2num for spelled numbers, periods across
+# Figures are read by ragkit.evidence.figures (text2num for spelled numbers, periods across
 # units); `unsupported_figures` is re-exported here, the one check ask, chat, compare and
 # serve use.
-from ragkit.answer.numbers import (  # noqa: E402
-    Computation,
-    computed_figures,
-    figure_name,
-    unsupported_figures,  # noqa: E402,F401
-)
 
 # a name: capitalised words, with "of", "and", "for", "the", "&" inside ("Code of Federal Regulations")
 _NAME = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][a-z]{2,}(?:(?:\s+(?:of|and|for|the|on|&))*\s+[A-Z][a-z]{2,})*")
@@ -157,48 +150,9 @@ def missing_names(claim: str, source: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ meaning, calibrated
-# Cosines of one embedder are not comparable with another's: MiniLM puts unrelated
-# sentences near 0.1 and paraphrases near 0.7, e5 puts them near 0.75 and 0.9. Each claim's
-# cosine is therefore read against that same claim's cosine to sentences about nothing in
-# any document (the floor, computed with the embedder in use): (cos - floor) / (1 - floor)
-# is near 0 for an unrelated sentence and near 1 for the claim itself, with either embedder.
-ANCHORS = [
-    "The recipe calls for two cups of flour and a pinch of salt.",
-    "The football match ended in a draw after extra time.",
-    "Jupiter is the largest planet in the solar system.",
-    "The museum opens at nine in the morning on weekdays.",
-    "She painted the fence blue last summer.",
-    "The train to the coast was delayed by heavy snow.",
-    "Photosynthesis converts light into chemical energy in plants.",
-    "The band released its third album in the spring.",
-    "Mix the paint thoroughly before applying the second coat.",
-    "The mountain trail is closed during the winter months.",
-    "He learned to play the violin as a child.",
-    "The bakery sells fresh bread every morning.",
-]
-
-def _embed_docs(embedder, texts: list[str]):
-    """Document-side vectors (normalised). A Session's embedder remembers them: a follow-up
-    in a chat cites the same sources, and re-embedding them would cost the turn."""
-    import numpy as np
-
-    dim = int(getattr(embedder, "dim", 0) or 0)
-    if not texts:
-        return np.zeros((0, dim), dtype=np.float32)
-    return np.stack([_unit(np.asarray(v, dtype=np.float32)) for v in embedder.embed_documents(list(texts))])
-
-
-def _unit(v):
-    import numpy as np
-
-    n = float(np.linalg.norm(v))
-    return v / n if n > 0 else v
-
-
-def _calibrated(cos, floor):
-    import numpy as np
-
-    return np.clip((cos - floor) / np.maximum(1e-6, 1.0 - floor), 0.0, 1.0)
+# A claim's cosine to a sentence is read against that claim's cosine to sentences about
+# nothing (ragkit.evidence.similarity: ANCHORS, calibrated_cosine), so one threshold holds
+# for every embedder.
 
 
 # ------------------------------------------------------------------ attribution
@@ -209,11 +163,9 @@ class _Sent:
 
 
 def _name_words(contexts) -> set[str]:
-    from ragkit.answer.citations import content_words
-
     out: set[str] = set()
     for c in contexts:
-        out |= content_words(re.sub(r"\.\w+$", "", c.doc).replace("-", " ").replace("_", " "))
+        out |= name_words(c.doc)
     return out
 
 
@@ -224,8 +176,6 @@ def attribute(answer: str, contexts: list["Context"], embedder, question: str | 
     `question`, a sentence that only restates it ("The law governing the agreement is
     [8].") is no claim: it says nothing a source could support."""
     import numpy as np
-
-    from ragkit.answer.citations import content_words
 
     claims = split_claims(answer)
     if question:
@@ -242,7 +192,7 @@ def attribute(answer: str, contexts: list["Context"], embedder, question: str | 
     swords = [content_words(f"{s.text} {s.ctx.section or ''}") for s in sents]
     window = [" ".join(x.text for x in sents[max(0, i - 1): i + 2] if x.ctx is s.ctx) + f" {s.ctx.section or ''}"
               for i, s in enumerate(sents)]
-    avec = _embed_docs(embedder, ANCHORS)
+    avec = embed_docs(embedder, ANCHORS)
     prepared = []
     for text, marks in claims:
         cw = content_words(text) - names or content_words(text)
@@ -256,14 +206,14 @@ def attribute(answer: str, contexts: list["Context"], embedder, question: str | 
             cand |= set(sorted(own, key=lambda i: -lex[i])[:4])
         prepared.append((text, marks, lex, sorted(int(i) for i in cand if lex[i] > 0 or sents[i].ctx.n in marks)))
     wanted = sorted({i for *_, cand in prepared for i in cand})
-    vecs = dict(zip(wanted, _embed_docs(embedder, [sents[i].text for i in wanted])))
+    vecs = dict(zip(wanted, embed_docs(embedder, [sents[i].text for i in wanted])))
     out: list[Claim] = []
     for text, marks, lex, cand in prepared:
-        q = _unit(np.asarray(embedder.embed_query(text), dtype=np.float32))
+        q = unit_vector(np.asarray(embedder.embed_query(text), dtype=np.float32))
         floor = float(np.mean(avec @ q))
         meaning = np.zeros(len(sents), dtype=np.float32)
         if cand:
-            meaning[cand] = _calibrated(np.stack([vecs[i] for i in cand]) @ q, floor)
+            meaning[cand] = calibrated_cosine(np.stack([vecs[i] for i in cand]) @ q, floor)
         score = MEANING_WEIGHT * meaning + (1.0 - MEANING_WEIGHT) * lex
         # a figure no source holds that one computation of the sources' figures gives (a
         # ratio, a change) is shown with its formula and cells, and flagged no more

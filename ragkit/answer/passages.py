@@ -1,8 +1,8 @@
-"""Quotes from the sources, chosen without trusting the model: the checklist's clause quote
-(`clause_quote`, used by `ragkit compare`) and the passages `ask` shows when an answer
-cannot be verified or when the question asks for the clause itself (`best_passages`).
+"""The passages `ask` shows when an answer cannot be verified or when the question asks for
+the clause itself (`best_passages`), chosen from the sources without trusting the model, by
+the quote rules the checklist's clause quote uses (ragkit.evidence.quotes).
 
-    from ragkit.answer.passages import best_passages, is_extractive
+    from ragkit.answer.passages import best_passages
     found = best_passages(question, prompt.contexts, session.embedder)
     found.passages      # [Passage(doc, page, section, quote, ...)], best first
     found.not_found     # why the sources do not hold the answer, or None
@@ -20,94 +20,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ragkit.answer.citations import SourceSpan
-
-# the one sentence splitter (ragkit.sentences): a quote is a sentence or a list item of it
-from ragkit.sentences import LIST_ITEM as _LIST_ITEM  # noqa: E402
-from ragkit.sentences import split_units  # noqa: E402,F401  (re-exported: compare reads it here)
-
-LEXICAL_WEIGHT = 0.3  # the best word match adds this much to a sentence's cosine (ContractNLI quotes: 0.600 of gold spans; cosine alone 0.553, words alone 0.612 but it quotes Bonterms §7's duty to destroy for "retain")
-
-
-def _words(text: str) -> set[str]:
-    """The text's words as the lexical index reads them: stemmed with Snowball ("independently
-    developed" ~ "independent development")."""
-    from ragkit.store.lexical import tokenize
-
-    return set(tokenize(text))  # tokenize already stems (Snowball); stemming twice is not idempotent ("agree" -> "agr")
-
-
-def _is_heading(unit: str) -> bool:
-    """"Return or Destruction of Confidential Information.": short, every long word capitalised."""
-    words = re.findall(r"[A-Za-z][\w’'-]*", unit)
-    long = [w for w in words if len(w) > 3]
-    return len(words) <= 10 and bool(long) and all(w[0].isupper() for w in long)
-
-
-def _quotable(units: list[str]) -> list[int]:
-    """Units that can be a quote: not headings, not lead-ins alone (a lead-in comes back with its item)."""
-    return [j for j in range(len(units)) if len(units[j].split()) >= 4 and not units[j].endswith(":") and not _is_heading(units[j])]
-
-
-def with_lead_in(units: list[str], i: int) -> str:
-    """Unit `i`, and when it is a list item, the lead-in it completes ("...: … (d) ...")."""
-    quote = units[i]
-    if _LIST_ITEM.match(quote):
-        lead = next((units[j] for j in range(i - 1, -1, -1) if not _LIST_ITEM.match(units[j])), None)
-        if lead is not None and lead.rstrip().endswith(":"):
-            lead = lead if len(lead) <= 160 else "…" + lead[-159:]
-            quote = f"{lead} … {quote}"
-    return quote
-
-
-def _lexical(unit_words: set[str], want: set[str], weight: dict[str, float]) -> float:
-    # matched weight per square root of the unit's length: a long list of duties that
-    # mentions "return" and "destroy" should not outrank the one sentence on "retain"
-    # (a heading alone, "Term and Termination.", is not a quote: short units count as 12 words)
-    return sum(weight.get(x, 1.0) for x in unit_words & want) / max(12, len(unit_words)) ** 0.5
-
-
-def clause_quote(text: str, want: set[str], weight: dict[str, float], limit: int = 320,
-                 similarity: Callable[[list[str]], list[float]] | None = None,
-                 names_item: Callable[[str], bool] | None = None) -> str:
-    """The sentence or list item of a clause that shares most (weighted, stemmed) words with
-    the checklist item. A list item keeps its lead-in ("... do not apply to information
-    that it can demonstrate: … (d) it independently developed ..."), so the quote reads as
-    the clause says it."""
-    units = split_units(text)
-    if not units:
-        return text[:limit]
-
-    def score(i: int) -> tuple:
-        return (_lexical(_words(units[i]), want, weight), -abs(len(units[i]) - 200))
-
-    cand = _quotable(units) or list(range(len(units)))
-    if names_item is not None:
-        # a sentence that names the item ("reverse engineer") before one that only sounds like it
-        cand = [j for j in cand if names_item(with_lead_in(units, j))] or cand
-    if similarity is not None:
-        # the embedder reads meaning: "may retain ... backup copies" answers "retain after
-        # returning or destroying" better than the list of duties that names "return" and
-        # "destroy" (measured on Bonterms §7)
-        cos = similarity([units[j] for j in cand])
-        lex = [score(j)[0] for j in cand]
-        top_lex = max(lex) or 1.0
-        sims = [c + LEXICAL_WEIGHT * x / top_lex for c, x in zip(cos, lex)]
-        order = sorted(range(len(cand)), key=lambda k: (sims[k], score(cand[k])), reverse=True)
-        picked = [cand[order[0]]]
-        # a near tie (Common Paper §6: the duty to destroy, then the exception that lets the
-        # recipient retain copies) quotes both sentences, in the clause's order
-        if len(order) > 1 and sims[order[0]] - sims[order[1]] < 0.03:
-            picked = sorted(picked + [cand[order[1]]])
-            limit += 160
-    else:
-        picked = [max(cand, key=score)]
-
-    quote = " … ".join(with_lead_in(units, i) for i in picked)
-    return quote if len(quote) <= limit else quote[: limit - 1].rstrip() + "…"
-
+from ragkit.evidence.quotes import LEXICAL_WEIGHT, lexical_score, quotable, with_lead_in
+from ragkit.evidence.sentences import split_units
+from ragkit.evidence.words import content_words, name_words, words
 
 # ---------------------------------------------------------------------- passages for `ask`
 
@@ -122,9 +39,7 @@ _QUESTION_WORDS = ("which what where when who whom whose how why whether must sh
 
 
 def _frame_words() -> set[str]:
-    from ragkit.store.lexical import tokenize
-
-    return _FRAME_WORDS | set(tokenize(_QUESTION_WORDS)) | set(_QUESTION_WORDS.split())
+    return _FRAME_WORDS | words(_QUESTION_WORDS) | set(_QUESTION_WORDS.split())
 
 PASSAGES = 3  # shown at most
 CANDIDATES = 24  # units embedded per question (those sharing most of its key words)
@@ -159,20 +74,19 @@ class Found:
 def key_terms(question: str, contexts) -> set[str]:
     """The question's content words (stemmed) less the words of its frame ("which part of
     this contract concerns", "quote it") and of the documents' names."""
-    from ragkit.answer.citations import content_words
     from ragkit.retrieve.query import search_query
 
     names: set[str] = set()
     for c in contexts:
-        names |= content_words(re.sub(r"\.\w+$", "", c.doc).replace("-", " ").replace("_", " "))
+        names |= name_words(c.doc)
     # a word of a document's name is dropped only where the question uses it as a name
     # (capitalised past its first word: "the Common Paper NDA"), not as a word: "its term"
     # keeps "term" although a file is called "...-standard-terms.md"
     named_in_q = content_words(" ".join(re.findall(r"(?<!^)(?<![.?!]\s)\b[A-Z][\w’'-]*", question.strip())))
     names &= named_in_q
-    words = content_words(search_query(question))
+    asked = content_words(search_query(question))
     frame = _frame_words()
-    return {w for w in words if w not in frame and w not in names} or {w for w in words if w not in frame}
+    return {w for w in asked if w not in frame and w not in names} or {w for w in asked if w not in frame}
 
 
 def best_passages(question: str, contexts, embedder, *, k: int = PASSAGES, relevance_min: float = RELEVANCE_MIN,
@@ -185,17 +99,17 @@ def best_passages(question: str, contexts, embedder, *, k: int = PASSAGES, relev
     the best; relevance is read as without it."""
     import numpy as np
 
-    from ragkit.answer.claims import ANCHORS, _calibrated, _embed_docs, _unit
+    from ragkit.evidence.similarity import ANCHORS, calibrated_cosine, embed_docs, unit_vector
 
     units: list[tuple[object, str]] = []  # (context, unit with its lead-in)
     for c in contexts:
         us = split_units(c.text)
-        for j in _quotable(us):
+        for j in quotable(us):
             units.append((c, with_lead_in(us, j)))
     want = key_terms(question, contexts)
     if not units or not want:
         return Found(key_terms=sorted(want), not_found=None if units else "no source text")
-    bags = [_words(u) for _, u in units]
+    bags = [words(u) for _, u in units]
     n = len(bags)
     idf = {w: math.log((n + 1) / (1 + sum(1 for b in bags if w in b))) + 0.1 for w in want}
     total = sum(idf.values()) or 1.0
@@ -203,16 +117,16 @@ def best_passages(question: str, contexts, embedder, *, k: int = PASSAGES, relev
     if not named:
         return Found(key_terms=sorted(want), not_found="no sentence of the sources names " + ", ".join(
             f"“{w}”" for w in sorted(want, key=lambda w: -idf[w])[:5]))
-    lex = {i: _lexical(bags[i], want, idf) for i in named}
+    lex = {i: lexical_score(bags[i], want, idf) for i in named}
     cand = sorted(named, key=lambda i: -lex[i])[:CANDIDATES]
     from ragkit.retrieve.query import search_query
 
     # the question as searched: without its answer-format sentences and frame ("Quote it.")
-    q = _unit(np.asarray(embedder.embed_query(search_query(question)), dtype=np.float32))
-    vecs = _embed_docs(embedder, [units[i][1] for i in cand])
+    q = unit_vector(np.asarray(embedder.embed_query(search_query(question)), dtype=np.float32))
+    vecs = embed_docs(embedder, [units[i][1] for i in cand])
     cos = vecs @ q
-    floor = float(np.mean(_embed_docs(embedder, ANCHORS) @ q))
-    meaning = _calibrated(cos, floor)
+    floor = float(np.mean(embed_docs(embedder, ANCHORS) @ q))
+    meaning = calibrated_cosine(cos, floor)
     top_lex = max(lex[i] for i in cand) or 1.0
     score = {i: float(c) + LEXICAL_WEIGHT * lex[i] / top_lex for i, c in zip(cand, cos)}
     rel = {i: 0.5 * float(m) + 0.5 * sum(idf[w] for w in bags[i] & want) / total for i, m in zip(cand, meaning)}
@@ -244,28 +158,11 @@ def best_passages(question: str, contexts, embedder, *, k: int = PASSAGES, relev
     return found
 
 
-# ---------------------------------------------------------------------- questions that ask for the clause
-
-_EXTRACTIVE = re.compile(
-    r"\bquote\s+(?:it|them|the\s+(?:clause|sentence|passage|provision|section|text)s?)\b"
-    r"|^\s*highlight\s+the\s+(?:parts|clauses|sections|passages)\b"
-    r"|^\s*(?:which|what)\s+(?:part|parts|clause|clauses|section|sections|passage|passages|provision|provisions)\s+of\s+"
-    r"(?:this|the)\s+(?:contract|agreement|document|filing|nda)\s+(?:concerns?|covers?|deals?\s+with|addresses|relates?\s+to|"
-    r"is\s+about|are\s+about)\b"
-    r"|^\s*(?:quote|cite|show\s+me|find)\s+the\s+(?:clause|clauses|provision|provisions|passage|passages|sentence|sentences)\b",
-    re.I)
-
-
-def is_extractive(question: str) -> bool:
-    """Whether the question asks for the clause itself ("Which part of this contract
-    concerns X? Quote it.", "Highlight the parts ... related to X", "Quote the clause on
-    ..."): answered by quoting the sources, not by generation."""
-    return bool(_EXTRACTIVE.search(question or ""))
-
+# ---------------------------------------------------------------------- quoted answers
 
 def quoted_answer(passages: list[Passage], head: str | None = None) -> str:
     """The passages as an answer: each quote with its document, page and section."""
-    from ragkit.retrieve.prompt import format_location
+    from ragkit.evidence.location import format_location
 
     lines = [head] if head else []
     for p in passages:
@@ -274,5 +171,4 @@ def quoted_answer(passages: list[Passage], head: str | None = None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Found", "Passage", "best_passages", "clause_quote", "is_extractive", "key_terms", "quoted_answer",
-           "split_units", "with_lead_in"]
+__all__ = ["Found", "Passage", "best_passages", "key_terms", "quoted_answer"]

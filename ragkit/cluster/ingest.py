@@ -2,7 +2,7 @@
 
 What runs where:
 - Ray tasks (any node, one CPU each) run the pipeline's own per-file job,
-  `ragkit.ingest.pipeline._parse_one` (read, sections, token-bounded chunks), retried by
+  `ragkit.ingest.pipeline.parse_one` (read, sections, token-bounded chunks), retried by
   Ray when the worker process or its node dies (`max_retries`);
 - Ray actors (spread over the nodes) each load the embedder once (`load_embedder`, the backend
   chosen as today) and embed batches of texts; an actor that dies is restarted and its
@@ -24,7 +24,7 @@ from typing import Callable
 
 from ragkit.config import Settings
 from ragkit.errors import ConfigError
-from ragkit.ingest.pipeline import IngestReport, _error_reason, _parse_one, ingest
+from ragkit.ingest.pipeline import IngestReport, error_reason, ingest, parse_one
 
 PARSE_RETRIES = 3  # Ray re-runs a parse whose worker died this many times
 EMBED_RETRIES = 3  # an embedder actor is restarted (and its batch re-sent) this many times
@@ -145,7 +145,7 @@ class RayParsers:
     def __init__(self, settings: Settings, on_done: Callable[[str, tuple], None], in_flight: int):
         import ray
 
-        self.task = ray.remote(_parse_one).options(max_retries=PARSE_RETRIES, retry_exceptions=False)
+        self.task = ray.remote(parse_one).options(max_retries=PARSE_RETRIES, retry_exceptions=False)
         self.settings_ref = ray.put(settings)
         self.on_done = on_done
         self.in_flight = max(1, in_flight)
@@ -168,8 +168,8 @@ class RayParsers:
 
         try:
             return ray.get(ref)
-        except RayTaskError as exc:  # _parse_one turns every file's failure into ("error", ...): a bug here
-            return ("error", _error_reason(exc.cause if getattr(exc, "cause", None) else exc))
+        except RayTaskError as exc:  # parse_one turns every file's failure into ("error", ...): a bug here
+            return ("error", error_reason(exc.cause if getattr(exc, "cause", None) else exc))
         except RayError as exc:
             return ("error", f"the parser's Ray worker died on this file {PARSE_RETRIES + 1} times "
                              f"({type(exc).__name__}); the other files went on")

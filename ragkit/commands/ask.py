@@ -19,7 +19,7 @@ def print_claims(result, model_shown: bool = True) -> None:
     already says "Not verified against the sources" with the passages, or "The documents do
     not say."; `model_shown`: the model's own text was printed above)."""
     from ragkit.answer.ask import display_text
-    from ragkit.retrieve.prompt import format_location
+    from ragkit.evidence.location import format_location
 
     outcome = getattr(result, "outcome", "supported")
     if outcome == "unverified":
@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Answer a question from the ingested documents, with citations to document, page and section."""
         from ragkit.answer.ask import ask as run_ask
-        from ragkit.retrieve.prompt import format_location
+        from ragkit.evidence.location import format_location
 
         with command_errors(as_json):
             settings = settings_for(store, profile)

@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         from ragkit.answer.chat import ChatSession
         from ragkit.commands._common import INFERRED_NOTE, command_errors, err, out, settings_for
         from ragkit.commands.ask import print_claims
-        from ragkit.retrieve.prompt import format_location
+        from ragkit.evidence.location import format_location
 
         interactive = questions is None and sys.stdin.isatty()
         with command_errors(as_json):

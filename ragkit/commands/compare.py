@@ -28,10 +28,10 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from ragkit.commands._common import fail, settings_for
-        from ragkit.compare import _conf, claim_support, cost_line, missing, to_html, to_markdown
+        from ragkit.compare import claim_support, confidence_note, cost_line, missing, to_html, to_markdown
         from ragkit.compare import compare as run_compare
         from ragkit.errors import RagkitError, UsageError
-        from ragkit.retrieve.prompt import format_location
+        from ragkit.evidence.location import format_location
 
         err = Console(stderr=True)
         if fmt not in ("table", "md", "html", "docx"):
@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
                     loc = format_location(f.page, f.section)
                     hint = " [dim](closest clause)[/]" if f.label == "Not mentioned" else ""
                     warn = f"\n[yellow]⚠ {escape(f.note)}[/]" if f.note else ""
-                    cells.append(f"[b]{f.label}[/]{_conf(f)}{hint} “{escape(f.quote)}” [dim]({escape(loc)}){escape(claim_support(f))}[/]{warn}")
+                    cells.append(f"[b]{f.label}[/]{confidence_note(f)}{hint} “{escape(f.quote)}” [dim]({escape(loc)}){escape(claim_support(f))}[/]{warn}")
             table.add_row(escape(r.item.title), *cells, escape(r.difference))
         Console().print(table)
         err.print(cost_line(result), highlight=False)

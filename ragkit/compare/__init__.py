@@ -6,27 +6,15 @@ shares one prompt prefix (the document, whole when it fits), so from the second 
 on the KV cache covers the document and only the question is prefilled.
 
 The package, by job: `checklist.py` (the items and their TOML), `quotes.py` (the quote
-chosen from the sources and its evidence), `item_label.py` (one item's label, and `compare`),
-`report.py` (findings, rows, Markdown and HTML), `docx.py` (the Word report). Every name
-scripts imported from `ragkit.compare` is still here.
+chosen from the sources and its evidence), `item_label.py` (one item's label,
+`check_item`), `compare.py` (`compare`, the checklist over documents), `label_model.py`
+(the label model), `report.py` (findings, rows, Markdown and HTML), `docx.py` (the Word
+report). The quote rules, the words and the figure check are the evidence floor's
+(ragkit.evidence), shared with `ask`; the public names scripts imported from
+`ragkit.compare` are still here.
 """
 
-from ragkit.answer.numbers import unsupported_figures  # noqa: F401  (the one figure check of ask, chat, compare and serve)
-from ragkit.answer.passages import (  # noqa: F401  (the quote rules live with the sources, shared with ask)
-    _LIST_ITEM,
-    LEXICAL_WEIGHT,
-    _is_heading,
-    _quotable,
-    _words,
-    clause_quote,
-    split_units,
-    with_lead_in,
-)
 from ragkit.compare.checklist import (  # noqa: F401
-    _EXCEPTION,
-    _EXCLUDES,
-    _NEGATION,
-    _NOT_EXCLUDING,
     LABELS,
     NLI,
     ChecklistItem,
@@ -34,38 +22,44 @@ from ragkit.compare.checklist import (  # noqa: F401
     load_checklist,
     term_pattern,
 )
+from ragkit.compare.compare import compare  # noqa: F401
 from ragkit.compare.item_label import (  # noqa: F401
     YES_NO,
-    _calibrate,
-    _clause_builder,
     calibrated,
     check_item,
     clause_prompt,
-    compare,
     on_point,
 )
 from ragkit.compare.quotes import (  # noqa: F401
-    _best_quote,
-    _document_sentences,
-    _document_units,
-    _hypothesis_support,
-    _similarity,
-    _where,
+    choose_quote,
+    document_sentences,
     evidence,
+    place_of,
 )
 from ragkit.compare.report import (  # noqa: F401
     UNCERTAIN_BELOW,
     Comparison,
     Finding,
     Row,
-    _conf,
-    _renormalised,
     agree_on_same_quotes,
     claim_support,
+    confidence_note,
     cost_line,
     missing,
+    renormalised,
     same_substance,
     to_html,
     to_markdown,
     wording_changes,
 )
+from ragkit.evidence.figures import unsupported_figures  # noqa: F401  (the one figure check of ask, chat, compare and serve)
+from ragkit.evidence.quotes import (  # noqa: F401  (the quote rules, shared with ask)
+    LEXICAL_WEIGHT,
+    LIST_ITEM,
+    clause_quote,
+    is_heading,
+    quotable,
+    split_units,
+    with_lead_in,
+)
+from ragkit.evidence.words import words  # noqa: F401

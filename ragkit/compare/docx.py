@@ -14,8 +14,8 @@ import re
 from datetime import date
 from typing import IO
 
-from ragkit.compare import Comparison, Finding, Row, _conf, claim_support, cost_line, missing
-from ragkit.retrieve.prompt import format_location
+from ragkit.compare.report import Comparison, Finding, Row, claim_support, confidence_note, cost_line, missing
+from ragkit.evidence.location import format_location
 
 MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 
@@ -136,7 +136,7 @@ def _finding_cell(cell, f: Finding | None) -> None:
         if uncertain:
             _run(p, "⚠ ", bold=True, color=WARN)
         _run(p, f.label, bold=True, color=WARN if uncertain else None)
-        _run(p, _conf(f))
+        _run(p, confidence_note(f))
         if f.label == "Not mentioned":
             _run(p, " (closest clause)", italic=True, color=GREY)
         _run(_para(cell, False), f"“{f.quote}”")

@@ -1,19 +1,21 @@
 """The label of a checklist item for one document (Yes / No / Not mentioned, Found), scored
-on the quoted clause and calibrated, and `compare`, which walks a checklist over documents."""
+on the quoted clause and calibrated (`check_item`); `compare` (ragkit.compare.compare)
+walks a checklist over documents with it."""
 
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
-from ragkit.answer.numbers import unsupported_figures  # the one figure check of ask, chat, compare and serve
-from ragkit.compare.checklist import ChecklistItem, load_checklist
-from ragkit.compare.quotes import _best_quote, _document_sentences, _where, evidence
-from ragkit.compare.report import Comparison, Finding, Row, _renormalised, agree_on_same_quotes
+from ragkit.compare.checklist import ChecklistItem
+from ragkit.compare.quotes import choose_quote, document_sentences, evidence, place_of
+from ragkit.compare.report import Finding, renormalised
 from ragkit.config import Settings
 from ragkit.errors import UsageError
+from ragkit.evidence.figures import unsupported_figures  # the one figure check of ask, chat, compare and serve
+from ragkit.evidence.sentences import LIST_ITEM
 from ragkit.ingest.changes import touching
 from ragkit.paths import read_prompt
 from ragkit.session import Session, settings_of
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from ragkit.answer.ask import AskResult
 
 
-def _calibrate(r, item: ChecklistItem, question: str, settings: Session | Settings) -> None:
+def _calibrate(r, item: ChecklistItem, question: str, session: Session | Settings) -> None:
     """Contextual calibration (Zhao et al., "Calibrate Before Use", ICML 2021): a small
     model leans to one option whatever the clause says ("No" for 33 of 34 ContractNLI
     items, measured). Score the options once with a content-free clause, and divide the
@@ -31,7 +33,7 @@ def _calibrate(r, item: ChecklistItem, question: str, settings: Session | Settin
     from ragkit.generate.base import option_scores
     from ragkit.store import Hit
 
-    session = Session.of(settings)
+    session = Session.of(session)
     gen = session.generator
     priors = session.memo("compare.priors")
     key = (item.id, question, session.settings.generator.model_dump_json())
@@ -62,17 +64,17 @@ def on_point(ev: dict, cs) -> bool:
 
 def calibrated(logprobs: dict[str, float], prior: dict[str, float]) -> dict[str, float]:
     """The options' log-probabilities divided by the prior, renormalised."""
-    return _renormalised({o: v - prior[o] for o, v in logprobs.items()})
+    return renormalised({o: v - prior[o] for o, v in logprobs.items()})
 
 
-def clause_prompt(prompt, item: ChecklistItem, question: str, generator, settings: Session | Settings,
+def clause_prompt(prompt, item: ChecklistItem, question: str, generator, session: Session | Settings,
                   found: dict | None = None):
     """The prompt a Yes/No label is scored on in "clause" mode: the same system prompt
     and question, with the quoted clause as the only source. The label then says what
     the quote a lawyer reads says."""
     from ragkit.store import Hit
 
-    best = _best_quote(prompt.contexts, item, settings=settings)
+    best = choose_quote(prompt.contexts, item, session=session)
     if found is not None:
         found["quote"] = best  # check_item shows this quote: chosen once, not again
     if best is None:
@@ -81,16 +83,16 @@ def clause_prompt(prompt, item: ChecklistItem, question: str, generator, setting
     hit = Hit(id=top.chunk_id, text=quote, score=top.score,
               meta={"doc_name": top.doc, "doc_id": top.doc_id, "chunk_index": top.chunk_index, "section": top.section,
                     "page_start": top.page_start, "page_end": top.page_end})
-    return _clause_builder(generator, settings).build(question, [hit])
+    return _clause_builder(generator, session).build(question, [hit])
 
 
-def _clause_builder(generator, settings: Session | Settings):
+def _clause_builder(generator, session: Session | Settings):
     """The prompt builder for a label decided on one clause: its own instructions
     (prompts/checklist_system.txt: the answer is one option, not a cited sentence, and
     "Not mentioned" means the clause is about something else)."""
     from ragkit.retrieve.prompt import PromptBuilder
 
-    cfg = settings_of(settings).generator
+    cfg = settings_of(session).generator
     builder = PromptBuilder(generator, n_ctx=cfg.n_ctx, max_tokens=cfg.max_tokens)
     builder.system = read_prompt("checklist_system.txt").strip()
     builder.user_tail = ""
@@ -122,11 +124,11 @@ class _Label:
     probabilities: dict = field(default_factory=dict)
 
 
-def check_item(doc: str, item: ChecklistItem, settings: Session | Settings) -> tuple[Finding, "AskResult"]:
+def check_item(doc: str, item: ChecklistItem, session: Session | Settings) -> tuple[Finding, "AskResult"]:
     """One checklist item asked of one document: the label (Yes / No / Not mentioned for
     a hypothesis item, Found for a free-text one), the model's confidence, and the quote.
     Used by `compare` and by the ContractNLI scoring in `ragkit eval run`."""
-    session = Session.of(settings)  # one session for every step below (a Settings: for this item)
+    session = Session.of(session)  # one session for every step below (a Settings: for this item)
     chosen: dict = {}  # the quote, when clause mode already chose it
     model = label_model_for(item, session) if item.hypothesis is not None else None
     if model is not None:
@@ -192,7 +194,7 @@ def _model_label(doc: str, item: ChecklistItem, session: Session, model) -> tupl
         decided.closest = unit
     else:
         decided.quote = unit
-        decided.page, decided.section = _where(d.evidence.hit)
+        decided.page, decided.section = place_of(d.evidence.hit)
         decided.evidence = evidence(item, r.prompt.contexts, unit, session)
     if d.low_confidence:
         # a reader must see it: the cell shows the note
@@ -303,7 +305,7 @@ def _quote(decided: _Label, r, item: ChecklistItem, session: Session, chosen: di
     """The quote: the clause of this document that matches the checklist item best (chosen
     from the sources, not from the model's citation: a small model often cites the wrong
     block), its page and section, and its evidence."""
-    found = chosen["quote"] if "quote" in chosen else _best_quote(r.prompt.contexts, item, settings=session)
+    found = chosen["quote"] if "quote" in chosen else choose_quote(r.prompt.contexts, item, session=session)
     top, quote = found if found else (None, None)
     decided.quote = quote
     decided.evidence = evidence(item, r.prompt.contexts, quote, session)
@@ -378,7 +380,7 @@ def _wording(item: ChecklistItem, contexts, session: Session):
     that says its contrary): one permission answers an item that asks whether something
     is allowed at all, so the affirming wording is read first and, when found, no
     contrary is looked for."""
-    sentences = _whole_sentences(_document_sentences(contexts, session))
+    sentences = _whole_sentences(document_sentences(contexts, session))
     topical = [(u, h) for u, h in sentences if item.names_item(u)] if item.terms else []
     yes = next(((u, h, w) for u, h in topical if (w := item.affirm_in(u))), None) if item.affirm else None
     cue = next(((u, h, w) for u, h in topical if (w := item.contrary_in(u))), None) if item.contrary and not yes else None
@@ -391,8 +393,6 @@ def _whole_sentences(units: list[tuple[str, object]]) -> list[tuple[str, object]
     as confidential or" / "(b) should be reasonably understood as confidential ...") is read
     with it, as one sentence ("LEAD … (b) ..."), so wording split across the list is seen
     whole; the lead-in is also read alone, as before."""
-    from ragkit.sentences import LIST_ITEM
-
     out = []
     lead = None
     for u, h in units:
@@ -410,7 +410,7 @@ def _said_in_so_many_words(decided: _Label, label: str, sentence: tuple, item: C
     scores (the model did not decide)."""
     decided.label, decided.quote, decided.confidence, decided.scores = label, sentence[0], None, {}
     decided.decided_by = "wording"
-    decided.page, decided.section = _where(sentence[1])
+    decided.page, decided.section = place_of(sentence[1])
     decided.evidence = evidence(item, r.prompt.contexts, decided.quote, session)
 
 
@@ -427,7 +427,7 @@ def _yes_or_no(decided: _Label, r, cs) -> None:
     compare.no_min_confidence."""
     scores = dict(r.choice.logprobs)
     if cs.not_mentioned == "evidence":  # on point: the model chooses between Yes and No
-        scores = _renormalised({o: v for o, v in scores.items() if o != "Not mentioned"})
+        scores = renormalised({o: v for o, v in scores.items() if o != "Not mentioned"})
         no_min = cs.no_min_confidence
         decided.label = "No" if no_min is not None and math.exp(scores["No"]) >= no_min else "Yes"
         # without a No threshold the Yes says "on point, no contrary wording", not the
@@ -476,36 +476,3 @@ def _finding(decided: _Label, r) -> Finding:
         probabilities=decided.probabilities,
     )
 
-
-def compare(
-    docs: list[str],
-    settings: Session | Settings,
-    checklist: str = "nda",
-    *,
-    items: list[str] | None = None,
-    on_progress: Callable[[str, str], None] | None = None,
-) -> Comparison:
-    if len(docs) < 1:
-        raise UsageError("compare needs at least one document")
-    name, all_items = load_checklist(checklist)
-    chosen = [i for i in all_items if not items or i.id in items]
-    if items and len(chosen) != len(set(items)):
-        missing = sorted(set(items) - {i.id for i in chosen})
-        raise UsageError(f"unknown checklist item(s): {', '.join(missing)}")
-    session = Session.of(settings)  # loaded once for every document and item
-    settings = session.settings
-    rows = [Row(i) for i in chosen]
-    prefilled: dict[str, int] = {}
-    t0 = time.perf_counter()
-    # one document at a time, all its items in a row: they share the document prefix
-    for doc in docs:
-        prefilled[doc] = 0
-        for row in rows:
-            f, _ = check_item(doc, row.item, session)
-            row.findings[doc] = f
-            prefilled[doc] += f.prompt_tokens - f.cached_tokens
-            if on_progress:
-                on_progress(doc, row.item.id)
-    for row in rows:
-        agree_on_same_quotes(row, settings.compare.no_min_confidence)
-    return Comparison(name, docs, rows, prefilled, time.perf_counter() - t0, settings.generator.prompt_rate_tok_s)

@@ -152,11 +152,11 @@ def candidates(hypothesis: str, contexts, session: "Session", k: int) -> list[Ca
     its lead-in when it is a list item."""
     import numpy as np
 
-    from ragkit.answer.passages import with_lead_in
-    from ragkit.compare.quotes import _document_sentences
-    from ragkit.sentences import split_units
+    from ragkit.compare.quotes import document_sentences
+    from ragkit.evidence.quotes import with_lead_in
+    from ragkit.evidence.sentences import split_units
 
-    sents = _document_sentences(contexts, session)
+    sents = document_sentences(contexts, session)
     if not sents:
         return []
     emb = session.embedder

@@ -1,39 +1,26 @@
 """The quote a lawyer checks: the clause of a document that answers a checklist item,
-chosen from the sources (not from the model's citation), and how well it matches the item
-(`evidence`, calibrated on the document itself)."""
+chosen from the sources (not from the model's citation, `choose_quote`), and how well it
+matches the item (`evidence`, calibrated on the document itself). The quote rules (which
+unit of a clause, with its lead-in) are the evidence floor's (ragkit.evidence.quotes),
+shared with `ask`'s passages."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ragkit.compare.checklist import ChecklistItem
 from ragkit.config import Settings
+from ragkit.evidence.quotes import clause_quote, quotable
+from ragkit.evidence.sentences import split_units
+from ragkit.evidence.words import words
 from ragkit.session import Session
 
-if TYPE_CHECKING:
-    pass
 
-
-# the quote rules live with the sources (ragkit.answer.passages), shared with `ask`'s passages
-from ragkit.answer.passages import (  # noqa: E402,F401
-    _LIST_ITEM,
-    LEXICAL_WEIGHT,
-    _is_heading,
-    _quotable,
-    _words,
-    clause_quote,
-    split_units,
-    with_lead_in,
-)
-
-
-def _similarity(settings: Settings | None, item: "ChecklistItem"):
+def _similarity(session: Session | Settings | None, item: "ChecklistItem"):
     """Cosine of each text to the checklist item, with the store's embedder."""
-    if settings is None:
+    if session is None:
         return None
     import numpy as np
 
-    emb = Session.of(settings).embedder
+    emb = Session.of(session).embedder
     q = np.asarray(emb.embed_query(f"{item.title}. {item.question} {item.hypothesis or ''}".strip()), dtype=np.float32)
 
     def sim(texts: list[str]) -> list[float]:
@@ -42,7 +29,7 @@ def _similarity(settings: Settings | None, item: "ChecklistItem"):
     return sim
 
 
-def _best_quote(contexts, item: "ChecklistItem", settings: Settings | None = None):
+def choose_quote(contexts, item: "ChecklistItem", session: Session | Settings | None = None):
     """The clause that answers the item, found without trusting the model: among the
     sources in the prompt, the one whose section title and text share most words with
     the item's title and question (title words count double), ties broken by retrieval
@@ -52,9 +39,9 @@ def _best_quote(contexts, item: "ChecklistItem", settings: Settings | None = Non
 
     if not contexts:
         return None
-    want = _words(item.title + " " + item.question)
-    title_words = _words(item.title)
-    bags = [(_words(c.section or ""), _words(c.text)) for c in contexts]
+    want = words(item.title + " " + item.question)
+    title_words = words(item.title)
+    bags = [(words(c.section or ""), words(c.text)) for c in contexts]
     # words found in every section of the document ("confidential", "party") tell
     # nothing: weight each word by its inverse document frequency across the sections
     n = len(bags)
@@ -72,22 +59,22 @@ def _best_quote(contexts, item: "ChecklistItem", settings: Settings | None = Non
     named = [c for c in contexts if any(item.names_item(u) for u in split_units(c.text))] if item.terms else []
     top = max(named or contexts, key=lambda c: fits[id(c)])
     weight = {w: idf[w] + (1.0 if w in title_words else 0.1) for w in want}
-    return top, clause_quote(top.text, want, weight, similarity=_similarity(settings, item),
+    return top, clause_quote(top.text, want, weight, similarity=_similarity(session, item),
                              names_item=item.names_item if item.terms else None)
 
 
-def _document_sentences(contexts, settings: Session | Settings) -> list[tuple[str, object]]:
+def document_sentences(contexts, session: Session | Settings) -> list[tuple[str, object]]:
     """Every quotable sentence of the documents the contexts come from (all their chunks
     in the store, not only those retrieved into the prompt), in document order, each with
     the chunk it is in (its page and section); kept by the session per document version."""
-    session = Session.of(settings)
+    session = Session.of(session)
     memo = session.memo("compare.sentences")
     key = tuple(sorted({c.doc_id for c in contexts}))
     if key not in memo:
         # the contract's own words: a reviewer's comment is never quoted as the clause
         hits = [h for h in session.store.chunks(list(key)) if h.meta.get("kind") != "comment"] or list(contexts)
         pairs = [(u, h) for h in hits for u in split_units(h.text)]
-        keep = _quotable([u for u, _ in pairs])
+        keep = quotable([u for u, _ in pairs])
         seen: dict[str, object] = {}
         for j in keep:
             seen.setdefault(pairs[j][0], pairs[j][1])
@@ -95,13 +82,13 @@ def _document_sentences(contexts, settings: Session | Settings) -> list[tuple[st
     return memo[key]
 
 
-def _document_units(contexts, settings: Session | Settings) -> list[str]:
-    """The documents' quotable sentences (`_document_sentences`), so the calibration sees
+def _document_units(contexts, session: Session | Settings) -> list[str]:
+    """The documents' quotable sentences (`document_sentences`), so the calibration sees
     the whole document."""
-    return [u for u, _ in _document_sentences(contexts, settings)]
+    return [u for u, _ in document_sentences(contexts, session)]
 
 
-def _where(hit) -> tuple[int | None, str | None]:
+def place_of(hit) -> tuple[int | None, str | None]:
     """A store hit's or a prompt context's page and section."""
     meta = getattr(hit, "meta", None)
     if meta is not None:
@@ -109,7 +96,7 @@ def _where(hit) -> tuple[int | None, str | None]:
     return getattr(hit, "page_start", None), getattr(hit, "section", None)
 
 
-def evidence(item: "ChecklistItem", contexts, quote: str | None, settings: Session | Settings) -> dict:
+def evidence(item: "ChecklistItem", contexts, quote: str | None, session: Session | Settings) -> dict:
     """How well the quote matches the checklist item, calibrated on the document itself,
     so the rule holds whatever the embedder's cosine range (MiniLM's and e5's differ):
     `z` is the quote's cosine to the item (its hypothesis, else its question) in standard
@@ -121,7 +108,7 @@ def evidence(item: "ChecklistItem", contexts, quote: str | None, settings: Sessi
 
     import numpy as np
 
-    session = Session.of(settings)
+    session = Session.of(session)
     units = _document_units(contexts, session)
     if not quote or len(units) < 2:
         return {"z": None, "cos": None, "coverage": None, "units": len(units)}
@@ -131,11 +118,11 @@ def evidence(item: "ChecklistItem", contexts, quote: str | None, settings: Sessi
     cos = vecs[:-1] @ q
     qc = float(vecs[-1] @ q)
     sd = float(cos.std()) or 1e-6
-    want = _words(item.hypothesis or item.question)
-    bags = [_words(u) for u in units]
+    want = words(item.hypothesis or item.question)
+    bags = [words(u) for u in units]
     n = len(bags)
     idf = {w: math.log((n + 1) / (1 + sum(1 for b in bags if w in b))) + 0.1 for w in want}
-    have = _words(quote)
+    have = words(quote)
     coverage = sum(idf[w] for w in want & have) / (sum(idf.values()) or 1.0)
     return {"z": round((qc - float(cos.mean())) / sd, 3), "cos": round(qc, 4), "coverage": round(coverage, 3), "units": n,
             "support": round(_hypothesis_support(item, quote, emb), 3)}

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ragkit.answer.passages import _words
 from ragkit.compare.checklist import ChecklistItem
-from ragkit.retrieve.prompt import format_location
+from ragkit.evidence.location import format_location
+from ragkit.evidence.words import words
 
 if TYPE_CHECKING:
     pass
@@ -138,7 +138,7 @@ def same_substance(a: str, b: str, share: float = 0.6) -> bool:
     """Whether two quotes say the same: the shorter one's content words (stemmed) are
     mostly in the other ("may retain ... backup or record retention policies" in
     Bonterms and in Common Paper, worded apart)."""
-    wa, wb = _words(a), _words(b)
+    wa, wb = words(a), words(b)
     small, big = (wa, wb) if len(wa) <= len(wb) else (wb, wa)
     return bool(small) and len(small & big) / len(small) >= share
 
@@ -157,7 +157,7 @@ def agree_on_same_quotes(row: Row, no_min: float | None = 0.5) -> None:
         for d2, f2 in scored[i + 1:]:
             if f1.label == f2.label or not same_substance(f1.quote, f2.quote):
                 continue
-            both = _renormalised({o: f1.scores[o] + f2.scores[o] for o in ("Yes", "No") if o in f1.scores and o in f2.scores})
+            both = renormalised({o: f1.scores[o] + f2.scores[o] for o in ("Yes", "No") if o in f1.scores and o in f2.scores})
             label = "No" if math.exp(both.get("No", -math.inf)) >= no_min else "Yes"
             conf = math.exp(both[label])
             if conf < UNCERTAIN_BELOW:
@@ -196,7 +196,7 @@ def missing(f: Finding | None) -> str:
     return f"{f.label}: not found"
 
 
-def _conf(f: Finding) -> str:
+def confidence_note(f: Finding) -> str:
     """" (62%)": the model's probability of its Yes/No label, so a reader knows which
     labels to check first."""
     return f" ({f.confidence:.0%})" if f.confidence is not None else ""
@@ -215,7 +215,7 @@ def to_markdown(c: Comparison) -> str:
                 loc = format_location(f.page, f.section)
                 hint = " (closest clause)" if f.label == "Not mentioned" else ""
                 warn = f" ⚠ {f.note}" if f.note else ""
-                cells.append(f"**{f.label}**{_conf(f)}{hint}: “{f.quote}”{f' ({loc})' if loc else ''}{claim_support(f)}{warn}".replace("|", "\\|"))
+                cells.append(f"**{f.label}**{confidence_note(f)}{hint}: “{f.quote}”{f' ({loc})' if loc else ''}{claim_support(f)}{warn}".replace("|", "\\|"))
         lines.append(f"| {r.item.title} | " + " | ".join(cells) + f" | {r.difference} |")
     lines += ["", cost_line(c)]
     return "\n".join(lines) + "\n"
@@ -242,7 +242,7 @@ def to_html(c: Comparison, paths: dict[str, str] | None) -> str:
             loc = format_location(f.page, f.section)
             hint = " (closest clause)" if f.label == "Not mentioned" else ""
             hint += f"<br><small class='warn'>⚠ {e(f.note)}</small>" if f.note else ""
-            cells.append(f"<td><b>{e(f.label)}</b>{e(_conf(f))}{hint}<blockquote>{quote}</blockquote><small>{e(loc)}{e(claim_support(f))}</small></td>")
+            cells.append(f"<td><b>{e(f.label)}</b>{e(confidence_note(f))}{hint}<blockquote>{quote}</blockquote><small>{e(loc)}{e(claim_support(f))}</small></td>")
         cls = "diff" if r.difference.startswith("differs") else ""
         body.append(f"<tr class='{cls}'><th>{e(r.item.title)}<br><small>{e(r.item.question)}</small></th>{''.join(cells)}<td>{e(r.difference)}</td></tr>")
     return (
@@ -255,7 +255,7 @@ def to_html(c: Comparison, paths: dict[str, str] | None) -> str:
     )
 
 
-def _renormalised(logprobs: dict[str, float]) -> dict[str, float]:
+def renormalised(logprobs: dict[str, float]) -> dict[str, float]:
     top = max(logprobs.values())
     norm = math.log(sum(math.exp(v - top) for v in logprobs.values())) + top
     return {o: v - norm for o, v in logprobs.items()}

@@ -14,9 +14,6 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
-# the number reader is the pipeline's (ragkit.answer.numbers): the claims check and the
-# metrics read figures the same way
-from ragkit.answer.numbers import _QUOTES, Quantity, extract_numbers, same_number  # noqa: F401
 from ragkit.eval.metrics_answers import (  # noqa: F401
     NLI,
     abstention_scores,
@@ -63,6 +60,10 @@ from ragkit.eval.metrics_text import (  # noqa: F401
     tokens_through_rank,
     within_tokens,
 )
+
+# the number reader is the pipeline's (ragkit.evidence.figures): the claims check and the
+# metrics read figures the same way
+from ragkit.evidence.figures import QUOTES, Quantity, extract_numbers, same_number  # noqa: F401
 
 # ---------------------------------------------------------------------- cost and latency
 

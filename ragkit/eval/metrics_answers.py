@@ -9,9 +9,9 @@ import unicodedata
 from collections import Counter
 from typing import Sequence
 
-from ragkit.answer.numbers import _QUOTES
 from ragkit.eval.metrics_numbers import numeric_match
 from ragkit.eval.metrics_text import evidence_in_text, normalize, quote_matches_evidence
+from ragkit.evidence.figures import QUOTES
 
 # ---------------------------------------------------------------------- answers
 
@@ -57,7 +57,7 @@ def outcome_of(rec: dict) -> str:
 
 
 def squad_normalize(text: str) -> str:
-    t = unicodedata.normalize("NFKC", text or "").translate(_QUOTES).lower()
+    t = unicodedata.normalize("NFKC", text or "").translate(QUOTES).lower()
     t = t.translate(_PUNCT)
     t = _ARTICLES.sub(" ", t)
     return " ".join(t.split())

@@ -1,6 +1,6 @@
 """Evaluation metrics on figures (ragkit.eval.metrics re-exports them): do the gold
 answer's numbers occur in a prediction or in the retrieved contexts. The number reader is
-the pipeline's (ragkit.answer.numbers): the claims check and the metrics read figures
+the pipeline's (ragkit.evidence.figures): the claims check and the metrics read figures
 the same way."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ragkit.answer.numbers import Quantity, extract_numbers, same_number
+from ragkit.evidence.figures import Quantity, extract_numbers, same_number
 
 
 def numeric_match(gold: str, pred: str, rel_tol: float = 5e-3) -> bool | None:

@@ -15,7 +15,7 @@ import unicodedata
 from collections import Counter
 from typing import Iterable, Sequence
 
-from ragkit.answer.numbers import _QUOTES
+from ragkit.evidence.figures import QUOTES
 
 # ---------------------------------------------------------------------- normalization
 
@@ -27,7 +27,7 @@ _TOKEN = re.compile(r"\w+", re.U)
 def normalize(text: str | None) -> str:
     if not text:
         return ""
-    t = unicodedata.normalize("NFKC", text).translate(_QUOTES)
+    t = unicodedata.normalize("NFKC", text).translate(QUOTES)
     t = _HYPHEN.sub("", t)
     return _WS.sub(" ", t).strip().casefold()
 

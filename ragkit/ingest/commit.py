@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragkit.errors import DocumentError, StoreError
+from ragkit.evidence import spans
 from ragkit.ingest import changes, embcache
 from ragkit.ingest.sources import _hash_file, _stat_key, doc_id_for
 from ragkit.store import DocRecord
@@ -100,6 +101,9 @@ def _write(path, key, sha, old, doc_id, res, hashes, vectors, n_embedded, store,
                 "kind": c.kind,
                 "tokens": c.tokens,
                 "text_hash": h,  # the embedding cache's key (ragkit.ingest.embcache)
+                # its units (sentences, list items) as character offsets, split once here and read by
+                # every later step: the reranker's units, the prompt's excerpts (ragkit.evidence.spans)
+                "units": spans.encode(spans.unit_spans(c.text)),
                 # unaccepted tracked changes of a Word file (ragkit.ingest.changes), when it has them
                 **({"changes": changes.dumps(c.changes)} if c.changes else {}),
             }

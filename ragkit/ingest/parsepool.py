@@ -1,7 +1,7 @@
 """The parse workers of the ingest job (ragkit.ingest.pipeline re-exports them): a pool of
 spawned processes that parse files ahead of the embedder, results taken in file order,
 and a worker that crashes failing only its file. The parse job itself is
-`ragkit.ingest.pipeline._parse_one`."""
+`ragkit.ingest.pipeline.parse_one`."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def auto_workers() -> int:
     return max(1, min(8, int(cores - load) - 1))
 
 
-def _error_reason(exc: BaseException) -> str:
+def error_reason(exc: BaseException) -> str:
     """The per-file message for an unexpected failure (a bug or a library error)."""
     return f"could not be read ({type(exc).__name__}: {str(exc)[:160]})"
 
@@ -96,7 +96,7 @@ class _Parsers:
     def __init__(self, settings: Settings, workers: int, on_done: Callable[[str, tuple], None], job: Callable):
         from collections import deque
 
-        self.job = job  # a module-level function (it is pickled by name): ragkit.ingest.pipeline._parse_one
+        self.job = job  # a module-level function (it is pickled by name): ragkit.ingest.pipeline.parse_one
         self.settings = settings
         self.embedder = None  # set by ingest: the one it embeds with, for the files parsed in this process
         self.workers = workers

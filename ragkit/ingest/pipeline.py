@@ -30,10 +30,10 @@ from ragkit.ingest.commit import Lookahead, _ingest_one
 from ragkit.ingest.parsepool import (  # noqa: F401
     _SPAWN_LOCK,
     _WORKER,
-    _error_reason,
     _main_hidden,
     _worker_init,
     auto_workers,
+    error_reason,
 )
 from ragkit.ingest.parsepool import _Parsers as _ParsePool
 from ragkit.ingest.sources import (  # noqa: F401
@@ -84,7 +84,7 @@ class IngestReport:
 
 # ------------------------------------------------------------------ the parse job
 
-def _parse_one(path: str, settings: Settings | None = None, embedder: Embedder | None = None) -> tuple:
+def parse_one(path: str, settings: Settings | None = None, embedder: Embedder | None = None) -> tuple:
     """Parse one file; every failure comes back as ("error", reason), the same reason
     the batch reports. Runs in a worker process (a pool's or Ray's: the embedder is the
     worker's, loaded once), or in this one (`overlap=False`: the caller's `embedder`)."""
@@ -103,7 +103,7 @@ def _parse_one(path: str, settings: Settings | None = None, embedder: Embedder |
     except Exception as exc:  # a bug or a library failure on one file must not stop the batch
         if os.environ.get("RAGKIT_DEBUG"):
             traceback.print_exc()
-        return ("error", _error_reason(exc))
+        return ("error", error_reason(exc))
     stats = {k: loaders.STATS[k] - before.get(k, 0) for k in loaders.STATS}
     return ("ok", chunks, n_sections, n_pages, time.perf_counter() - t0, stats)
 
@@ -119,11 +119,11 @@ def _worker_embedder(settings: Settings) -> Embedder:
 
 
 class _Parsers(_ParsePool):
-    """The parse-worker pool (ragkit.ingest.parsepool), with `_parse_one` as its job
+    """The parse-worker pool (ragkit.ingest.parsepool), with `parse_one` as its job
     unless another is given."""
 
     def __init__(self, settings: Settings, workers: int, on_done: Callable[[str, tuple], None], job: Callable = None):
-        super().__init__(settings, workers, on_done, job or _parse_one)
+        super().__init__(settings, workers, on_done, job or parse_one)
 
 
 # ------------------------------------------------------------------ the job
@@ -290,7 +290,7 @@ def _parse_recorder(report: IngestReport, sizes: dict, emit: Callable[[str, dict
 
 def _start_parsers(settings: Settings, make_parsers: Callable | None, workers: int, embedder: Embedder,
                    on_done: Callable[[str, tuple], None]):
-    """The parse pool: the caller's factory's, or `workers` processes of `_parse_one`."""
+    """The parse pool: the caller's factory's, or `workers` processes of `parse_one`."""
     pool = make_parsers(settings, on_done) if make_parsers is not None else _Parsers(settings, workers, on_done)
     if getattr(pool, "embedder", ...) is None:
         pool.embedder = embedder  # files parsed here count tokens with the embedder of this ingest
@@ -320,7 +320,7 @@ def _write_files(plan: list[tuple], job: _Job) -> None:
         except (KeyboardInterrupt, SystemExit, StoreError):
             raise  # the store itself failed (a full disk, a lost lease): the batch stops, exit 4 or 5
         except Exception as exc:  # a bug or a library failure on one file must not stop the batch
-            _record_failure(job, key, _error_reason(exc))
+            _record_failure(job, key, error_reason(exc))
             if os.environ.get("RAGKIT_DEBUG"):
                 traceback.print_exc()
 

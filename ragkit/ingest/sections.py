@@ -299,8 +299,8 @@ class ChunkingError(RuntimeError):
 
 
 def _split_sentences(text: str) -> list[str]:
-    """The block's sentences, as they stand in it (ragkit.sentences, the one splitter)."""
-    from ragkit.sentences import sentence_spans
+    """The block's sentences, as they stand in it (ragkit.evidence.sentences, the one splitter)."""
+    from ragkit.evidence.sentences import sentence_spans
 
     parts = [text[a:b] for a, b in sentence_spans(text)]
     return parts or [text]

@@ -39,7 +39,7 @@ def chunking_key(settings: Settings, embedder: Embedder) -> str:
     i = settings.ingest
     max_tokens = min(i.chunk_tokens or embedder.max_tokens, embedder.max_tokens)
     # v2: pdfium's U+FFFE read as a hyphen (ragkit/ingest/loaders.py): a PDF ingested before is re-read
-    # v3: long blocks cut at the sentences of ragkit.sentences (abbreviations kept whole)
+    # v3: long blocks cut at the sentences of ragkit.evidence.sentences (abbreviations kept whole)
     return (f"v3|{i.pdf_engine}|{max_tokens}|{i.min_chunk_tokens}|{i.max_pages}|{i.ocr_lang}|{i.tables}|"
             f"{embedder.name}")
 

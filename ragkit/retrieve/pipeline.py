@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ragkit.config import Settings
 from ragkit.errors import StoreError, UsageError
 from ragkit.retrieve.prompt import Prompt, PromptBuilder
+from ragkit.retrieve.query import is_extractive
 from ragkit.retrieve.search import hybrid_search, resolve_docs
 from ragkit.store import DocRecord, Hit
 
@@ -148,7 +149,16 @@ def _pack(builder: PromptBuilder, question: str, cands: list[Hit], whole: list[H
         cands = round_robin(cands)
         asked = f"{question}\n(Answer for each document in turn, naming it, then say how they differ.)"
     doc_order = [d.doc_id for d in selected]
-    prompt = builder.build(asked, cands[: max(rs.top_k, 1) * 4], whole=whole, doc_order=doc_order, **extra)
+    packed = cands[: max(rs.top_k, 1) * 4]
+    if rs.pack == "units" and rerank is not None and rerank.units and not is_extractive(question):
+        # (a question asking for the clause is answered by quoting it, not generated: no
+        # prefill to save, and its quote is chosen from the whole chunks)
+        from ragkit.retrieve.packing import pack_units
+
+        packed = pack_units(packed, rerank.units, margin=rs.pack_margin, per_chunk=rs.pack_per_chunk,
+                           clause_words=rs.pack_clause_words, drop=rs.pack_drop, min_sources=rs.pack_min_sources,
+                            opening=rs.pack_opening, keep_share=rs.pack_keep_share)
+    prompt = builder.build(asked, packed, whole=whole, doc_order=doc_order, whole_max=rs.whole_max_tokens, **extra)
     if prompt.mode == "retrieved":
         # keep at most top_k sources: every token of prefill costs time
         prompt = _limit(builder, asked, prompt, max(rs.top_k, len(selected)) if several else rs.top_k, each_doc=several,
@@ -157,7 +167,17 @@ def _pack(builder: PromptBuilder, question: str, cands: list[Hit], whole: list[H
         prompt = _with_table(builder, asked, prompt, cands, rerank, rerank.floor(rs.rerank_table_floor, "table"), doc_order, extra)
     if several:
         _check_every_doc(prompt, selected)
+    elif not named and rs.per_document == "together" and len({c.doc_id for c in prompt.contexts}) > 1:
+        # a question over the store answered from several documents: which document says what
+        asked = f"{question}\n{TOGETHER_NOTE}"
+        prompt = builder.build(asked, [_hit_of(c) for c in prompt.contexts], **extra)
     return prompt
+
+
+# what a question over the store is asked with when its sources come from several documents
+# and one prompt answers for all of them (retrieve.per_document = "together")
+TOGETHER_NOTE = ("(The sources come from several documents: answer for each document in turn, naming it; "
+                 "never say of one document what another says.)")
 
 
 def _with_table(builder: PromptBuilder, asked: str, prompt: Prompt, cands: list[Hit], rerank: "RerankInfo",
@@ -177,6 +197,25 @@ def _with_table(builder: PromptBuilder, asked: str, prompt: Prompt, cands: list[
     last = min((c.score for c in prompt.contexts), default=0.0)
     hits = [_hit_of(c) for c in prompt.contexts] + [Hit(id=table.id, text=table.text, meta=table.meta, score=last)]
     return builder.build(asked, hits, doc_order=doc_order, **extra)
+
+
+def document_prompts(retrieval: Retrieval, generator, settings: Settings, *, most: int) -> list[Prompt]:
+    """A question over the store whose sources come from several documents, as one prompt
+    per document (at most `most`, the document of the best-scored source first): each holds
+    that document's sources of `retrieval.prompt`, numbered as there, so each document's
+    answer is generated and checked against its own sources alone. Empty when the sources
+    come from one document."""
+    contexts = retrieval.prompt.contexts
+    docs = list(dict.fromkeys(c.doc_id for c in sorted(contexts, key=lambda c: -c.score)))
+    if len(docs) < 2:
+        return []
+    builder = PromptBuilder(generator, n_ctx=settings.generator.n_ctx, max_tokens=settings.generator.max_tokens)
+    numbers = {c.chunk_id: c.n for c in contexts}
+    out = []
+    for d in docs[:most]:
+        hits = [_hit_of(c) for c in contexts if c.doc_id == d]
+        out.append(builder.build(retrieval.question, hits, doc_order=[d], numbers=numbers))
+    return out
 
 
 def _check_every_doc(prompt: Prompt, selected: list[DocRecord]) -> None:
@@ -286,9 +325,12 @@ def round_robin(hits: list[Hit]) -> list[Hit]:
 
 def _hit_of(c) -> Hit:
     """A prompt source back as a candidate (to rebuild a prompt from some of its sources)."""
+    from ragkit.ingest import changes as tracked
+
     return Hit(id=c.chunk_id, text=c.text, score=c.score,
                meta={"doc_name": c.doc, "doc_id": c.doc_id, "chunk_index": c.chunk_index, "section": c.section,
-                     "page_start": c.page_start, "page_end": c.page_end})
+                     "page_start": c.page_start, "page_end": c.page_end, "kind": c.kind,
+                     "changes": tracked.dumps(c.changes) if c.changes else None, "excerpt": c.excerpt})
 
 
 def _limit(builder: PromptBuilder, question: str, prompt: Prompt, k: int, *, each_doc: bool = False,

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragkit.errors import UsageError
-from ragkit.generate.chat_template import _SYS, _USER, render_chat_parts  # noqa: F401  (re-exported)
+from ragkit.evidence.location import format_location
+from ragkit.generate.chat_template import render_chat_parts
 from ragkit.ingest import changes as tracked
 from ragkit.paths import read_prompt
 from ragkit.store import Hit
@@ -26,17 +27,6 @@ CONTEXT_HEAD = "\n\nEarlier in this conversation:\n"
 
 class BudgetExceeded(UsageError):
     """The question (and earlier turns) alone leave no room for sources within n_ctx."""
-
-
-
-def format_location(page: int | None, section: str | None, page_end: int | None = None) -> str:
-    """'p. 3, § 5.2 Term' (or 'pp. 3-4'); empty when there is neither."""
-    parts = []
-    if page is not None:
-        parts.append(f"p. {page}" if page_end in (None, page) else f"pp. {page}-{page_end}")
-    if section:
-        parts.append(f"§ {section}")
-    return ", ".join(parts)
 
 
 @dataclass
@@ -54,6 +44,7 @@ class Context:
     tokens: int = 0  # generator tokens of the whole numbered block
     kind: str = "text"  # ingest's kind: "text" | "table" | "comment" (a reviewer's comment, not contract text)
     changes: list = field(default_factory=list)  # unaccepted tracked changes (ragkit.ingest.changes.TrackedChange)
+    excerpt: bool = False  # the chunk's units on the question, not its whole text (ragkit.retrieve.packing)
 
     @property
     def page(self) -> int | None:
@@ -75,6 +66,7 @@ class Context:
             "tokens": self.tokens,
             "kind": self.kind,
             "tracked_changes": [c.to_json() for c in self.changes],
+            "excerpt": self.excerpt,
         }
 
     def notes_for(self, quote: str) -> list[str]:
@@ -163,12 +155,15 @@ class PromptBuilder:
     # ------------------------------------------------------------ build
 
     def build(self, question: str, candidates: list[Hit], *, whole: list[Hit] | None = None, doc_order: list[str] | None = None,
-              context: str | None = None, reserve: int = 0) -> Prompt:
+              context: str | None = None, reserve: int = 0, whole_max: int | None = None,
+              numbers: dict[str, int] | None = None) -> Prompt:
         """Pack sources into the budget. `candidates` are ranked best first. `whole`, when
         given, is every chunk of the selected documents in document order: if all of it
         fits, it goes in whole (stable prefix), else the best candidates are packed.
         `context` (earlier turns of a conversation) goes after the sources, before the
-        question; `reserve` tokens are kept for it (see `budget_for`)."""
+        question; `reserve` tokens are kept for it (see `budget_for`). `whole_max`: the
+        whole documents go in only when they cost at most this many tokens. `numbers`: chunk
+        id -> the source number it keeps (a part of a prompt, cited as the whole one is)."""
         if not question.strip():
             raise UsageError("the question is empty")
         budget = self.budget_for(question, context, reserve)
@@ -188,7 +183,7 @@ class PromptBuilder:
                 n=0, doc=m.get("doc_name", "?"), doc_id=m.get("doc_id", ""), chunk_id=h.id,
                 chunk_index=int(m.get("chunk_index", 0)), section=m.get("section") or None,
                 page_start=m.get("page_start"), page_end=m.get("page_end"), text=h.text, score=ranked.get(h.id, h.score),
-                kind=m.get("kind") or "text", changes=tracked.loads(m.get("changes")),
+                kind=m.get("kind") or "text", changes=tracked.loads(m.get("changes")), excerpt=bool(m.get("excerpt")),
             )
 
         def sort_key(c: Context):
@@ -206,7 +201,7 @@ class PromptBuilder:
         if whole:
             all_ctx = sorted((ctx_of(h) for h in whole), key=sort_key)
             total = sum(cost(c) for c in all_ctx)
-            if total <= budget:
+            if total <= budget and (whole_max is None or total <= whole_max):
                 chosen, mode = all_ctx, "whole"
         if mode == "retrieved":
             used = 0
@@ -229,7 +224,7 @@ class PromptBuilder:
             chosen.sort(key=sort_key)
         while True:
             for i, c in enumerate(chosen, 1):
-                c.n = i
+                c.n = numbers.get(c.chunk_id, i) if numbers else i
             prompt = self._assemble(question, chosen, budget, mode, dropped, context)
             if len(prompt.ids) + self.max_tokens <= self.n_ctx or not chosen:
                 return prompt

@@ -1,5 +1,6 @@
-"""The text a question is searched with: the question less what only tells the model how
-to answer.
+"""What a question is: the text it is searched with (`search_query`: the question less what
+only tells the model how to answer), and whether it asks for the clause itself
+(`is_extractive`: answered by quoting the sources).
 
 "Does the agreement state that X? Start your answer with Yes, No or Not mentioned." is
 searched as "X": the answer-format instruction and the question frame name no content,
@@ -57,3 +58,22 @@ def search_query(question: str) -> str:
     if len(re.findall(r"\w+", framed)) >= 2:
         text = framed[:1].upper() + framed[1:]
     return text.strip() or question
+
+
+# a question that asks for the clause itself: answered by quoting the sources (ragkit.answer.ask),
+# so its prompt keeps whole chunks to quote from (ragkit.retrieve.packing)
+_EXTRACTIVE = re.compile(
+    r"\bquote\s+(?:it|them|the\s+(?:clause|sentence|passage|provision|section|text)s?)\b"
+    r"|^\s*highlight\s+the\s+(?:parts|clauses|sections|passages)\b"
+    r"|^\s*(?:which|what)\s+(?:part|parts|clause|clauses|section|sections|passage|passages|provision|provisions)\s+of\s+"
+    r"(?:this|the)\s+(?:contract|agreement|document|filing|nda)\s+(?:concerns?|covers?|deals?\s+with|addresses|relates?\s+to|"
+    r"is\s+about|are\s+about)\b"
+    r"|^\s*(?:quote|cite|show\s+me|find)\s+the\s+(?:clause|clauses|provision|provisions|passage|passages|sentence|sentences)\b",
+    re.I)
+
+
+def is_extractive(question: str) -> bool:
+    """Whether the question asks for the clause itself ("Which part of this contract
+    concerns X? Quote it.", "Highlight the parts ... related to X", "Quote the clause on
+    ..."): answered by quoting the sources, not by generation."""
+    return bool(_EXTRACTIVE.search(question or ""))

@@ -25,11 +25,16 @@ from ragkit.store import Hit
 MAX_UNITS_PER_CHUNK = 40
 
 
-def units(text: str) -> list[str]:
-    """Sentences and list items of a chunk (ragkit.sentences, the one splitter), pieces
-    shorter than a few words joined to the next."""
-    from ragkit.sentences import merge_short, split_units
+def units(text: str, meta: dict | None = None) -> list[str]:
+    """Sentences and list items of a chunk (ragkit.evidence.sentences, the one splitter), pieces
+    shorter than a few words joined to the next: those ingest stored beside the chunk
+    (`meta["units"]`, ragkit.evidence.spans), else split now."""
+    from ragkit.evidence.sentences import merge_short, split_units
+    from ragkit.evidence.spans import stored_spans
 
+    stored = stored_spans(text, (meta or {}).get("units"))
+    if stored:
+        return [s.text for s in stored][:MAX_UNITS_PER_CHUNK]
     return merge_short(split_units(text))[:MAX_UNITS_PER_CHUNK]
 
 
@@ -70,7 +75,7 @@ def unit_rank(question: str, qvec: list[float] | None, ranked: list[Hit], pool: 
     heads: list[str] = []
     for h in hits:
         heads.append(_leaf(h.meta.get("section")))
-        chunk_units.append(units(h.text) or [h.text])
+        chunk_units.append(units(h.text, h.meta) or [h.text])
 
     # words: IDF over the pool's units and headings, each unit scored by the IDF mass of
     # the question's words it holds (a heading counts `heading_weight` times)

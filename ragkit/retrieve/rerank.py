@@ -51,6 +51,9 @@ class RerankInfo:
     pairs: int = 0  # (question, passage) pairs scored
     tables: list[str] = field(default_factory=list)  # the table lane's chunk ids, best cross-encoder score first
     floors: dict[str, float] = field(default_factory=dict)  # the reranker's own floors on its scores ("not_found", "quote", "table")
+    # rerank_units: chunk id -> (unit, score) of each sentence or list item scored, in text order
+    # (what the prompt is packed from: ragkit.retrieve.packing)
+    units: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
 
     def floor(self, setting, key: str) -> float | None:
         """A floor on this reranker's scores: `setting` as the retrieve settings give it (a
@@ -68,13 +71,14 @@ class RerankInfo:
                 "wall_s": round(self.wall_s, 4)}
 
 
-def passage_units(h: Hit) -> list[str]:
-    """The sentences and list items of a chunk (ragkit.retrieve.rank.units), each under the
-    chunk's clause heading: what `retrieve.rerank_units` scores, the chunk taking its best."""
+def passage_units(h: Hit, raw: list[str] | None = None) -> list[str]:
+    """The sentences and list items of a chunk (ragkit.retrieve.rank.units, or `raw`), each
+    under the chunk's clause heading: what `retrieve.rerank_units` scores, the chunk taking
+    its best."""
     from ragkit.retrieve.rank import units
 
     leaf = _leaf(h.meta.get("section"))
-    return [f"{leaf}\n{u}" if leaf and not u.startswith(leaf) else u for u in (units(h.text) or [h.text])]
+    return [f"{leaf}\n{u}" if leaf and not u.startswith(leaf) else u for u in (raw or units(h.text, h.meta) or [h.text])]
 
 
 def table_digest(h: Hit) -> str:
@@ -117,6 +121,7 @@ def rerank_hits(query: str, ranked: list[Hit], reranker: Reranker, *, pool: int,
     c0, w0 = time.process_time(), time.perf_counter()
     scores: dict[str, float] = {}
     pairs = 0
+    unit_scores: dict[str, list[tuple[str, float]]] = {}
     if lane:  # one pair a table; scored first, since the pool's batches may stop at the time budget
         for h, s in zip(lane, reranker.score(query, [table_digest(h) for h in lane])):
             scores[h.id] = s
@@ -125,12 +130,17 @@ def rerank_hits(query: str, ranked: list[Hit], reranker: Reranker, *, pool: int,
     for b in range(0, len(head), batch):
         part = head[b : b + batch]
         if by_units:
-            per = [passage_units(h) for h in part]
+            from ragkit.retrieve.rank import units
+
+            raw = [units(h.text, h.meta) or [h.text] for h in part]
+            per = [passage_units(h, r) for h, r in zip(part, raw)]
             flat = reranker.score(query, [u for us in per for u in us])
             pairs += len(flat)
             at = 0
-            for h, us in zip(part, per):
-                scores[h.id] = max(flat[at : at + len(us)])
+            for h, us, r in zip(part, per, raw):
+                got = [float(x) for x in flat[at : at + len(us)]]
+                scores[h.id] = max(got)
+                unit_scores[h.id] = list(zip(r, got))
                 at += len(us)
         else:
             for h, s in zip(part, reranker.score(query, [passage_text(h) for h in part])):
@@ -145,7 +155,7 @@ def rerank_hits(query: str, ranked: list[Hit], reranker: Reranker, *, pool: int,
     info = RerankInfo(backend=getattr(reranker, "name", type(reranker).__name__), pool=len(head) + len(lane), scored=len(scores),
                       best=max(pooled) if pooled else None, cpu_s=time.process_time() - c0,
                       wall_s=time.perf_counter() - w0, scores=scores, pairs=pairs, tables=tables,
-                      floors=dict(getattr(reranker, "floors", None) or {}))
+                      floors=dict(getattr(reranker, "floors", None) or {}), units=unit_scores)
     if not scores:
         return ranked, info
     by_id = {h.id: h for h in ranked}

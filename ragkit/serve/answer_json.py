@@ -19,7 +19,7 @@ def citation_json(c, contexts: dict[int, Any]) -> dict:
 def sources_text(result) -> str:
     """"\\n\\nSources:\\n[1] doc.pdf, p. 3, § 5.2 Title" lines ("(inferred)" when the
     citation was matched by wording, not marked by the model); empty when none."""
-    from ragkit.retrieve.prompt import format_location
+    from ragkit.evidence.location import format_location
 
     if not result.citations:
         return ""
@@ -63,6 +63,8 @@ def ragkit_json(result, show_model: bool = True) -> dict:
         "passages": [p.to_json() for p in getattr(result, "passages", [])],
         "model_answer": model if show_model else None,
         "unverified_reason": getattr(result, "unverified_reason", None),
+        # a question over several documents answered document by document: what each says
+        "findings": [f.to_json() for f in getattr(result, "findings", [])],
         "abstained": result.abstained,
         "abstain_reason": result.abstain_reason,
         "unsupported_answer": getattr(result, "unsupported_answer", None) if show_model else None,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ragkit.errors import RagkitError, UsageError
 from ragkit.serve.server_state import ServeState
@@ -63,7 +63,10 @@ def outcome_of(result) -> str:
 # ---------------------------------------------------------------------- output shapes
 
 
-class Section(BaseModel):
+# A section as the `documents` tool lists it (not ragkit.ingest.blocks.Section); its schema
+# keeps the title MCP clients have seen. No docstring: it would become the schema's description.
+class SectionOut(BaseModel):
+    model_config = ConfigDict(title="Section")
     path: str = Field(description="the section path, ' > ' joined (as citations name it)")
     page: int | None = Field(description="the page the section starts on (None for documents without pages)")
 
@@ -75,7 +78,7 @@ class Document(BaseModel):
     kind: str = Field(description="pdf, docx, md or txt")
     pages: int | None = Field(description="page count (None for Word, Markdown and text files)")
     chunks: int
-    sections: list[Section]
+    sections: list[SectionOut]
     uri: str = Field(description="resource with the document's whole text")
 
 
@@ -83,7 +86,10 @@ class Documents(BaseModel):
     documents: list[Document]
 
 
-class Passage(BaseModel):
+# A passage as the `search` tool returns it (not ragkit.answer.passages.Passage); its schema
+# keeps the title MCP clients have seen.
+class PassageOut(BaseModel):
+    model_config = ConfigDict(title="Passage")
     rank: int = Field(description="1 = the best match")
     document: str
     doc_id: str
@@ -99,7 +105,7 @@ class Passage(BaseModel):
 class SearchResult(BaseModel):
     query: str
     documents: list[str] = Field(description="the documents searched")
-    passages: list[Passage]
+    passages: list[PassageOut]
     total_tokens: int = Field(description="sum of the passages' tokens, at most max_tokens")
     max_tokens: int
     relevant: bool = Field(description="false when no passage is relevant to the query (ask would abstain)")
@@ -209,12 +215,12 @@ class RagkitTools:
         store = self.state.store() if self.records() else None
         out = []
         for r in self.records():
-            sections: list[Section] = []
+            sections: list[SectionOut] = []
             last = None
             for h in store.chunks([r.doc_id]):
                 path = h.meta.get("section") or ""
                 if path and path != last:
-                    sections.append(Section(path=path, page=h.meta.get("page_start")))
+                    sections.append(SectionOut(path=path, page=h.meta.get("page_start")))
                 last = path
             out.append(Document(id=r.doc_id, name=r.name, sha256=r.sha256, kind=kind_of(r.name), pages=r.n_pages,
                                 chunks=r.n_chunks, sections=sections, uri=doc_uri(r.doc_id)))
@@ -253,7 +259,7 @@ class RagkitTools:
             contexts = [c for c in contexts if c.score > 0] or contexts
         chosen = _best(contexts, top_k, per_doc=len(recs) > 1)
         passages = [
-            Passage(rank=i, document=c.doc, doc_id=c.doc_id, page=c.page_start, page_end=c.page_end, section=c.section,
+            PassageOut(rank=i, document=c.doc, doc_id=c.doc_id, page=c.page_start, page_end=c.page_end, section=c.section,
                     text=c.text, tokens=c.tokens, score=round(c.score, 4),
                     uri=page_uri(c.doc_id, c.page_start) if c.page_start else doc_uri(c.doc_id))
             for i, c in enumerate(chosen, 1)

@@ -77,7 +77,7 @@ def build_examples(lset: LabelledSet, hypotheses: dict[str, str], session, k: in
     """One Example per labelled item whose checklist item has a hypothesis: its candidates,
     each marked gold or not (see the module's docstring)."""
     from ragkit.compare.label_model import candidates
-    from ragkit.compare.quotes import _document_sentences
+    from ragkit.compare.quotes import document_sentences
     from ragkit.eval.metrics_text import quote_matches_evidence
     from ragkit.retrieve.search import resolve_docs
 
@@ -94,7 +94,7 @@ def build_examples(lset: LabelledSet, hypotheses: dict[str, str], session, k: in
             ex.cands.append(Cand(c.text, c.unit, bool(it.spans and quote_matches_evidence(c.unit, it.spans)), True))
         if it.spans and it.label != "NotMentioned":
             have = {c.unit for c in cands}
-            for unit, _hit in _document_sentences(ctx, session):
+            for unit, _hit in document_sentences(ctx, session):
                 if unit not in have and quote_matches_evidence(unit, it.spans):
                     ex.cands.append(Cand(unit, unit, True, False))
         out.append(ex)

@@ -1,7 +1,7 @@
 """Figures in text: numbers, amounts, percentages, periods and dates, read the same way by
 the claims check (ragkit.answer.claims), compare's notes and the eval metrics.
 
-    from ragkit.answer.numbers import unsupported_figures, periods, extract_numbers
+    from ragkit.evidence.figures import unsupported_figures, periods, extract_numbers
     unsupported_figures("It lasts 24 months.", "for a period of two (2) years")   # []
     periods("one hundred eighty (180) days")                                      # {(180.0, "day")}
 
@@ -21,7 +21,9 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
-_QUOTES = str.maketrans({
+# typographic quotes and dashes as ASCII, soft hyphens and zero-width marks dropped: the
+# figures and the eval metrics read text through the same table
+QUOTES = str.maketrans({
     "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "\u00b4": "'", "`": "'",
     "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u2033": '"', "\u00ab": '"', "\u00bb": '"',
     "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
@@ -42,7 +44,7 @@ def digits(text: str, threshold: float = 3.0) -> str:
     figure); 0 converts every one (for periods: "one (1) year")."""
     from text_to_num import alpha2digit
 
-    t = unicodedata.normalize("NFKC", text).translate(_QUOTES)
+    t = unicodedata.normalize("NFKC", text).translate(QUOTES)
     # "a one-year term", "24-month period": the unit is a word of its own for the parser and the period rule
     t = re.sub(r"(?<=\w)-(?=(?:year|month|week|day|hour)s?\b)", " ", t, flags=re.I)
     # "$1.2 million": a scale after digits is kept as the abbreviation extract_numbers reads
@@ -88,7 +90,7 @@ def written_numbers(text: str | None) -> list[tuple[str, Quantity]]:
     """`extract_numbers` with each number as written ("$ 8,500", "4.7%")."""
     if not text:
         return []
-    t = unicodedata.normalize("NFKC", text).translate(_QUOTES)
+    t = unicodedata.normalize("NFKC", text).translate(QUOTES)
     ms = list(_NUM.finditer(t))
     return [(m.group(0).strip(), q) for m, q in zip(ms, _quantities(t, ms)) if q is not None]
 
@@ -101,7 +103,7 @@ def extract_numbers(text: str | None) -> list[Quantity]:
     through `digits` first to read spelled numbers."""
     if not text:
         return []
-    t = unicodedata.normalize("NFKC", text).translate(_QUOTES)
+    t = unicodedata.normalize("NFKC", text).translate(QUOTES)
     return [q for q in _quantities(t, list(_NUM.finditer(t))) if q is not None]
 
 
@@ -166,7 +168,7 @@ def periods(text: str) -> set[tuple[float, str]]:
     """Every period of the text in its base unit: (value, "month" | "day" | "minute").
     "two (2) years" -> {(24, "month")}; "30 to 60 days" -> {(30, "day"), (60, "day")}."""
     out: set[tuple[float, str]] = set()
-    for m in _SPAN.finditer(unicodedata.normalize("NFKC", text).translate(_QUOTES)):
+    for m in _SPAN.finditer(unicodedata.normalize("NFKC", text).translate(QUOTES)):
         out |= _read_period(m.group(0))
     return out
 
@@ -221,7 +223,7 @@ def unsupported_figures(claim: str, source) -> list[str]:
     page with a plausible period, and a reader must not take that for the contract's."""
     if not isinstance(source, str):
         source = " ".join(c.text for c in source)
-    text = unicodedata.normalize("NFKC", _MARKS.sub(" ", claim)).translate(_QUOTES)
+    text = unicodedata.normalize("NFKC", _MARKS.sub(" ", claim)).translate(QUOTES)
     have_periods = periods(source)
     bad = [m.group(0) for m in _SPAN.finditer(text) if _read_period(m.group(0)) - have_periods]
     have_months = _months(source)
@@ -353,7 +355,7 @@ def computed_figures(claim: str, sources: list[str]) -> list[Computation]:
     one whose cells' row labels and column headers the claim names most ("operating",
     "December 31, 2022"); where that leaves two, the figure is left unexplained: a guess is
     no evidence."""
-    text = unicodedata.normalize("NFKC", _MARKS.sub(" ", claim)).translate(_QUOTES)
+    text = unicodedata.normalize("NFKC", _MARKS.sub(" ", claim)).translate(QUOTES)
     words = {v: k for k, v in _ABBR.items()}  # digits() writes "$411 million" as "$411 mn": shown as written
     figs = [(re.sub(r"\b(k|mn|bn|tn)$", lambda m: words[m.group(1)], w), q)
             for w, q in written_numbers(digits(_SPAN.sub(" ", text))) if not _is_year(w, q)]
@@ -387,7 +389,7 @@ def _label_words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) >= 3 or w.isdigit()}
 
 
-__all__ = ["Cell", "Computation", "Quantity", "computed_figures", "digits", "extract_numbers", "figure_name", "held_numbers", "periods",
+__all__ = ["Cell", "Computation", "QUOTES", "Quantity", "computed_figures", "digits", "extract_numbers", "figure_name", "held_numbers", "periods",
            "same_number",
            "table_cells", "unsupported_figures", "written_numbers"]
 
