@@ -88,17 +88,22 @@ class ServerInfo:
         return f"--- stdout\n{out[-tail:]}\n--- stderr\n{err[-tail:]}"
 
 
-def _stop(proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    """SIGTERM the server (and the process under a wrapper such as strace), then kill."""
+def _stop(proc: subprocess.Popen, timeout: float = 20.0, *, wrapped: bool = False) -> None:
+    """SIGTERM the server (`wrapped`: the processes under a wrapper such as strace, which
+    keeps recording), then kill. An unwrapped server gets the signal itself: the children it
+    started (a page renderer's, multiprocessing's resource tracker) are not the server, and
+    signalling only them left it running until the kill, 20 s later."""
     if proc.poll() is not None:
         return
-    try:
-        import psutil
+    children = []
+    if wrapped:
+        try:
+            import psutil
 
-        children = psutil.Process(proc.pid).children(recursive=True)
-    except Exception:
-        children = []
-    targets = children or []
+            children = psutil.Process(proc.pid).children(recursive=True)
+        except Exception:
+            children = []
+    targets = children
     for c in targets:
         try:
             c.send_signal(signal.SIGTERM)
@@ -158,4 +163,4 @@ def running_server(store: Path, *, token: str | None = None, env: dict[str, str]
             info.ready = json.loads(lines[-1])
         yield info
     finally:
-        _stop(proc)
+        _stop(proc, wrapped=bool(prefix))

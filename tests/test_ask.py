@@ -15,6 +15,7 @@ runner = CliRunner()
 QUESTION = "How long do the confidentiality obligations survive after the agreement ends?"
 
 
+@pytest.mark.complete  # the default tier asks over the store (document by document, below) and names one NDA in test_network.py
 def test_ask_answers_from_one_document_with_citations(nda_store, no_outbound_network):
     before = len(no_outbound_network)
     r = ask(QUESTION, nda_store, docs=["ai-osi-stack-mutual-nda"])

@@ -4,12 +4,14 @@ items (`retrieve.rerank_units`), and those scores decide what of a chunk enters 
 Chunks stay the search index and the unit of ranking; what a source shows the model is
 its chunk's units that the cross-encoder rated on the question, each in its smallest
 whole clause (`ragkit.evidence.spans.excerpt`): the chunk's best `pack_per_chunk` units,
-and any unit within `pack_margin` logits of the best unit of the whole pool. A chunk whose
-best unit is more than `pack_drop` logits under the pool's best is left out (once
-`pack_min_sources` sources are kept), so a confident ranking packs fewer sources. A chunk
-the cross-encoder did not read (beyond its pool) and a table go in whole.
+any unit within `pack_margin` logits of the best unit of the whole pool, and with
+`pack_opening` the chunk's first sentence. A chunk whose best unit is more than `pack_drop`
+logits under the pool's best is left out (once `pack_min_sources` sources are kept), so a
+confident ranking packs fewer sources; an excerpt keeping more than `pack_keep_share` of its
+chunk goes in as the whole chunk. A chunk the cross-encoder did not read (beyond its pool)
+and a table go in whole.
 
-Figures: eval/README.md "Packing units", from eval/bench_ranking.py.
+Figures: eval/README.md "Prompts packed from units", from eval/bench_ranking.py.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ragkit.store import Hit
 
 
 def pack_units(hits: list[Hit], units: dict[str, list[tuple[str, float]]], *, margin: float, per_chunk: int,
-               clause_words: int, drop: float | None = None, min_sources: int = 3, opening: bool = False, around: int = 0,
+               clause_words: int, drop: float | None = None, min_sources: int = 3, opening: bool = False,
                keep_share: float = 1.0) -> list[Hit]:
     """`hits` (ranked, best first) with each text cut to its chosen units; the hits
     `drop` leaves out are gone. `units`: chunk id -> (unit, cross-encoder score) in text order."""
@@ -42,8 +44,6 @@ def pack_units(hits: list[Hit], units: dict[str, list[tuple[str, float]]], *, ma
             continue
         ranked = sorted(range(len(spans)), key=lambda i: -us[spans[i].index][1])
         chosen = set(ranked[: max(per_chunk, 1)]) | {i for i in ranked if us[spans[i].index][1] >= best - margin}
-        if around:  # the units next to each chosen one: a clause that runs over several sentences
-            chosen |= {j for i in chosen for j in range(i - around, i + around + 1) if 0 <= j < len(spans)}
         if opening:  # a numbered clause's opening sentence says what the clause is ("8. Proprietary Information shall ...")
             chosen.add(0)
         text = excerpt(h.text, spans, sorted(chosen), clause_words)
