@@ -40,7 +40,7 @@ class Retrieval:
     orders: dict[str, list[str]] = field(default_factory=dict)
 
 
-def retrieve(question: str, settings: "Session | Settings", docs: list[str] | None = None, *, generator=None,
+def retrieve(question: str, session: "Session | Settings", docs: list[str] | None = None, *, generator=None,
              context: str | None = None, context_reserve: int = 0, contract_text: bool = False) -> Retrieval:
     """Rank the sources for `question` (restricted to `docs` when named) and pack them into
     a prompt within the generator's budget, with the session's embedder, store, lexical
@@ -59,7 +59,7 @@ def retrieve(question: str, settings: "Session | Settings", docs: list[str] | No
     from ragkit.session import Session
 
     t0 = time.perf_counter()
-    session = Session.of(settings)
+    session = Session.of(session)
     # first: a reranker whose pinned files do not match is refused before anything loads
     reranker = session.reranker
     embedder = session.embedder

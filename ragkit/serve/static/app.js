@@ -282,6 +282,15 @@ function renderOutcome(meta) {
   box.replaceChildren();
   if (!meta) return;
   const passages = meta.passages || [];
+  if (meta.answer_kind === "per_document" && (meta.findings || []).length) {
+    // a question over several documents, answered document by document: each document's
+    // name, its outcome and what it says (or, not verified, the passages that say it)
+    const label = { supported: "supported", unverified: "not verified", not_found: "nothing on point" };
+    $("answer").replaceChildren(...meta.findings.map((f) => el("div", { class: "finding", "data-outcome": f.outcome },
+      el("strong", { text: f.doc }), el("span", { class: "badge", text: " " + (label[f.outcome] || f.outcome) + " " }),
+      el("div", { class: "finding-text", text: f.answer }))));
+    return;
+  }
   if (meta.outcome === "unverified") {
     const head = [el("p", { class: "outcome unverified", "data-outcome": "unverified" }, el("strong", { text: "Not verified against the sources." }))];
     if (meta.model_answer && !/the documents do not say/i.test(meta.model_answer)) {
