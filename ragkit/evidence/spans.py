@@ -158,9 +158,3 @@ def stored_spans(text: str, value) -> list[Span] | None:
     except ValueError:
         return None
     return out
-
-
-def chunk_spans(text: str, meta: dict | None = None) -> list[Span]:
-    """A chunk's units: those ingest stored beside it (`meta["units"]`), else split now (a
-    store written before units were stored)."""
-    return stored_spans(text, (meta or {}).get("units")) or unit_spans(text)

@@ -16,7 +16,7 @@ Figures: eval/README.md "Prompts packed from units", from eval/bench_ranking.py.
 
 from __future__ import annotations
 
-from ragkit.evidence.spans import excerpt, unit_spans
+from ragkit.evidence.spans import excerpt, stored_spans, unit_spans
 from ragkit.store import Hit
 
 
@@ -38,7 +38,10 @@ def pack_units(hits: list[Hit], units: dict[str, list[tuple[str, float]]], *, ma
         top = max(s for _, s in us)
         if drop is not None and len(out) >= min_sources and top < best - drop:
             continue
-        spans = unit_spans(h.text, [u for u, _ in us])
+        # the units ingest stored beside the chunk (what the reranker scored, in its order),
+        # else found back in the text (a store written before units were stored)
+        stored = (stored_spans(h.text, h.meta.get("units")) or [])[: len(us)]
+        spans = stored if [s.text for s in stored] == [u for u, _ in us] else unit_spans(h.text, [u for u, _ in us])
         if not spans:
             out.append(h)
             continue

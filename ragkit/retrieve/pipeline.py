@@ -157,7 +157,7 @@ def _pack(builder: PromptBuilder, question: str, cands: list[Hit], whole: list[H
 
         packed = pack_units(packed, rerank.units, margin=rs.pack_margin, per_chunk=rs.pack_per_chunk,
                            clause_words=rs.pack_clause_words, drop=rs.pack_drop, min_sources=rs.pack_min_sources,
-                            opening=rs.pack_opening, keep_share=rs.pack_keep_share)
+                           opening=rs.pack_opening, keep_share=rs.pack_keep_share)
     prompt = builder.build(asked, packed, whole=whole, doc_order=doc_order, whole_max=rs.whole_max_tokens, **extra)
     if prompt.mode == "retrieved":
         # keep at most top_k sources: every token of prefill costs time
