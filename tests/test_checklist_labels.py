@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from ragkit.compare import Finding, Row, agree_on_same_quotes, compare, load_checklist, same_substance, to_html, to_markdown
+from ragkit.compare import ChecklistItem, Finding, Row, agree_on_same_quotes, compare, load_checklist, same_substance, to_html, to_markdown
 
 
 @pytest.fixture
@@ -184,3 +184,45 @@ def test_checklist_terms_are_phrases_not_patterns(tmp_path):
     bad.write_text('name = "bad"\n[[items]]\nid = "a"\ntitle = "A"\nquestion = "Q?"\nhypothesis = "H."\nterms = "solicit"\n')
     with pytest.raises(ConfigError, match="bad.toml is not valid.*terms must be a list"):
         load_checklist(str(bad))
+    # a misspelled key would drop its words without a word: refused, the key named
+    bad.write_text('name = "bad"\n[[items]]\nid = "a"\ntitle = "A"\nquestion = "Q?"\nhypothesis = "H."\n'
+                   'terms = ["disclos*"]\nobjets = ["advis*"]\n')
+    with pytest.raises(ConfigError, match="item 'a' has unknown key 'objets'"):
+        load_checklist(str(bad))
+    bad.write_text('name = "bad"\nlabel_modle = "nda-label"\n[[items]]\nid = "a"\ntitle = "A"\nquestion = "Q?"\n')
+    with pytest.raises(ConfigError, match="unknown key 'label_modle'"):
+        load_checklist(str(bad))
+
+
+def test_no_phrase_of_the_nda_checklist_rests_on_one_gold_span():
+    """Unit test (no model) on the labelled data that may choose words (ContractNLI's 50
+    train NDAs, the 90 test-split NDAs released for training, the 34 tuning dev NDAs; never
+    the 27 held out): each affirming or contrary phrase of prompts/checklists/nda.toml that
+    fires, in scope, on a gold evidence span of its item fires on at least two, and on at
+    least as many spans of the label it makes as of the other one. A phrase written to
+    catch one span (six were, before 2026-12-07) fails here; a phrase that fires on none is
+    a wording class written by hand, tested on sentences written for it
+    (tests/test_label_model.py, tests/test_outcomes.py)."""
+    from pathlib import Path
+
+    from conftest import ROOT, SHARED
+
+    from ragkit.tune.labelled import read_labelled
+
+    items = {i.id: i for i in load_checklist("nda")[1] if i.hypothesis}
+    sources = [SHARED / "contractnli-train-50" / "train_truncated.json",
+               SHARED / "contractnli-test-train" / "train_from_test.json", ROOT / "eval/sets/contractnli-dev-tune34.jsonl"]
+    spans = [(li.item, li.label, sp) for src in sources for li in read_labelled(Path(src), set(items)).items for sp in li.spans]
+    assert len(spans) > 3000
+    weak = []
+    for iid, it in items.items():
+        own = [(label, sp) for i, label, sp in spans if i == iid and it.names_item(sp)]
+        for field, makes in (("affirm", "Entailment"), ("contrary", "Contradiction")):
+            for phrase in getattr(it, field):
+                one = ChecklistItem("x", "X", "Q?", "H.", **{field: [phrase]}, objects=list(it.objects))
+                said = one.affirm_in if field == "affirm" else one.contrary_in
+                fired = Counter(label for label, sp in own if said(sp))
+                right, other = fired[makes], sum(fired.values()) - fired[makes]
+                if fired and (right < 2 or other > right):
+                    weak.append((iid, field, phrase, dict(fired)))
+    assert weak == [], weak

@@ -26,6 +26,48 @@ def test_the_legal_reranker_is_pinned_and_a_changed_file_is_refused(tmp_path, mo
     assert_a_changed_byte_is_refused("legal-minilm-l12", "reranker", tmp_path, monkeypatch)
 
 
+def test_floors_belong_to_the_model_file_they_were_fitted_on(tmp_path):
+    """The floors and a label model's threshold are read from the model's own folder
+    (reranker.json, label_model.json) with the sha256 of the model.onnx they were fitted on:
+    the shipped folder named by its path keeps them (it turned all three off before
+    2026-12-07), and a model.onnx that is another file (a retrained model in a copy of the
+    folder) is refused with a clear message instead of inheriting them."""
+    import shutil
+
+    from ragkit.compare.label_model import LabelModel
+    from ragkit.config import load_settings
+    from ragkit.errors import ConfigError
+    from ragkit.rerankers.onnx import OnnxCrossEncoder
+
+    shipped = models.resolve("legal-minilm-l12", "reranker", tmp_path / "cache")
+
+    def load(folder):
+        s = load_settings(store=tmp_path / "store", retrieve={"rerank_model": str(folder)})
+        return OnnxCrossEncoder.from_settings(s)
+
+    by_name = OnnxCrossEncoder.from_settings(load_settings(store=tmp_path / "store"))
+    assert by_name.floors == load(shipped).floors and set(by_name.floors) == {"not_found", "quote", "table"}
+    copy = tmp_path / "retrained"
+    shutil.copytree(shipped, copy, ignore=shutil.ignore_patterns("*.sha256"))
+    assert load(copy).floors == by_name.floors
+    with open(copy / "model.onnx", "r+b") as f:  # another model in the same folder
+        f.seek(4096)
+        b = f.read(1)
+        f.seek(4096)
+        f.write(bytes([b[0] ^ 1]))
+    with pytest.raises(ConfigError, match="not the file its floors and threshold were fitted on") as e:
+        load(copy)
+    assert e.value.exit_code == 2
+    # the label model's threshold the same way
+    labels = tmp_path / "labels"
+    shutil.copytree(models.resolve("nda-label", "label-model", tmp_path / "cache"), labels,
+                    ignore=shutil.ignore_patterns("*.sha256"))
+    LabelModel(labels)
+    shutil.copy(copy / "model.onnx", labels / "model.onnx")
+    with pytest.raises(ConfigError, match="not the file its floors and threshold were fitted on"):
+        LabelModel(labels)
+
+
 @pytest.fixture(scope="module")
 def biopure(tmp_path_factory):
     """The contract ingested once into a real store."""

@@ -221,6 +221,10 @@ def term_pattern(terms: list[str]) -> "re.Pattern | None":
         alts.append(r"\b" + out + r"\b")
     return re.compile("|".join(alts), re.IGNORECASE)
 
+ITEM_KEYS = frozenset({"id", "title", "question", "hypothesis", "terms", "contrary", "affirm", "words_only", "objects"})
+TOP_KEYS = frozenset({"name", "description", "label_model", "items"})
+
+
 def load_checklist(name_or_path: str) -> tuple[str, list[ChecklistItem]]:
     p = Path(name_or_path)
     if not (p.suffix == ".toml" and p.exists()):
@@ -228,12 +232,29 @@ def load_checklist(name_or_path: str) -> tuple[str, list[ChecklistItem]]:
     if not p.exists():
         have = ", ".join(sorted(x.stem for x in (prompts_dir() / "checklists").glob("*.toml")))
         raise ConfigError(f"checklist {name_or_path!r} not found", hint=f"built in: {have}; or give a .toml path")
+    hint = "see prompts/checklists/nda.toml for the format"
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
-        items = [ChecklistItem(**{k: v for k, v in it.items() if k in ("id", "title", "question", "hypothesis", "terms", "contrary", "affirm", "words_only", "objects")})
-                 for it in data["items"]]
+        raw = data["items"]
     except (tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
-        raise ConfigError(f"checklist {p} is not valid: {exc}", hint="see prompts/checklists/nda.toml for the format") from None
+        raise ConfigError(f"checklist {p} is not valid: {exc}", hint=hint) from None
+    # a misspelled key ("objets") would drop the words it holds without a word: refused by name
+    unknown = sorted(set(data) - TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"checklist {p}: unknown key {', '.join(map(repr, unknown))}", hint=f"keys: {', '.join(sorted(TOP_KEYS))}")
+    items = []
+    for n, it in enumerate(raw if isinstance(raw, list) else [], 1):
+        where = f"item {it.get('id', n)!r}" if isinstance(it, dict) else f"item {n}"
+        if not isinstance(it, dict):
+            raise ConfigError(f"checklist {p}: {where} is not a table", hint=hint)
+        unknown = sorted(set(it) - ITEM_KEYS)
+        if unknown:
+            raise ConfigError(f"checklist {p}: {where} has unknown key {', '.join(map(repr, unknown))}",
+                              hint=f"an item's keys: {', '.join(sorted(ITEM_KEYS))}")
+        try:
+            items.append(ChecklistItem(**it))
+        except TypeError as exc:
+            raise ConfigError(f"checklist {p} is not valid: {exc}", hint=hint) from None
     if not items or len({i.id for i in items}) != len(items):
         raise ConfigError(f"checklist {p} needs at least one item and unique ids")
     model = data.get("label_model")

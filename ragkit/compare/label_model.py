@@ -25,7 +25,6 @@ document, a second or two on 2 cores.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,16 +70,14 @@ class LabelModel:
     (its labels in output order, max_length, candidates, threshold, low_confidence)."""
 
     def __init__(self, folder: Path, *, name: str | None = None, threads: int = 0):
-        from ragkit.rerankers.onnx import OnnxCrossEncoder
+        from ragkit.rerankers.onnx import OnnxCrossEncoder, model_config
 
         self.folder = Path(folder)
-        try:
-            cfg = json.loads((self.folder / CONFIG).read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        if not (self.folder / CONFIG).is_file():
             raise ConfigError(f"label model folder {self.folder} has no {CONFIG}",
-                              hint="a folder written by `ragkit tune checklist`") from None
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"cannot read {self.folder / CONFIG}: {exc}") from None
+                              hint="a folder written by `ragkit tune checklist`")
+        # its threshold and share were fitted on its model.onnx: refused with another file
+        cfg = model_config(self.folder, CONFIG)
         try:
             self.labels: list[str] = list(cfg["labels"])
             self.max_length = int(cfg.get("max_length", 256))
@@ -97,7 +94,7 @@ class LabelModel:
         self.name = name or self.folder.name
         self.config = cfg
         self._encoder = OnnxCrossEncoder(self.folder, name=self.name, threads=threads, batch_size=32,
-                                         max_length=self.max_length)
+                                         max_length=self.max_length, segment_ids=cfg.get("segment_ids", "pair"))
 
     def probabilities(self, hypothesis: str, texts: list[str]) -> list[dict[str, float]]:
         """Each text's three probabilities against the hypothesis (softmax of the logits)."""

@@ -20,14 +20,53 @@ if TYPE_CHECKING:
     from ragkit.config import Settings
 
 
+SEGMENT_IDS = ("pair", "zeros")
+
+
+def model_config(folder: Path, own: str, extra: dict | None = None) -> dict:
+    """A model's own settings: its registry entry's `extra` (a model in another package's
+    folder, where nothing of ours can be written), updated by the JSON file `own` in its
+    folder (`reranker.json`, `label_model.json`: what `ragkit tune` writes beside the model).
+
+    Whatever was fitted on the model's outputs (`floors`, a label model's threshold) holds
+    for one file only: the config names it by `fitted_model_sha256`, the sha256 of the
+    `model.onnx` it was fitted on, and a folder whose model.onnx is another file is refused
+    (ConfigError, exit 2), so a retrained model never inherits another's floors."""
+    from ragkit.models import file_matches
+
+    cfg = dict(extra or {})
+    path = Path(folder) / own
+    if path.is_file():
+        try:
+            cfg |= json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read {path}: {exc}") from None
+    seg = cfg.get("segment_ids", "pair")
+    if seg not in SEGMENT_IDS:
+        raise ConfigError(f"{path}: segment_ids is {seg!r}", hint="pair (the passage as segment 1) or zeros")
+    fitted = cfg.get("fitted_model_sha256")
+    if (cfg.get("floors") or "threshold" in cfg) and not fitted:
+        raise ConfigError(f"{path}: its floors or threshold name no model file (fitted_model_sha256)",
+                          hint="write the sha256 of the model.onnx they were fitted on, or fit them again "
+                               "(eval/bench_ranking.py --not-found; ragkit tune checklist)")
+    if fitted and not file_matches(Path(folder) / "model.onnx", fitted):
+        raise ConfigError(f"{Path(folder) / 'model.onnx'} is not the file its floors and threshold were fitted on "
+                          f"(fitted_model_sha256 {fitted[:16]}... in {path.name})",
+                          hint="fit them again on this model, or use the model they belong to")
+    return cfg
+
+
 class OnnxCrossEncoder:
     """A BERT cross-encoder exported to ONNX (inputs input_ids, attention_mask,
     token_type_ids; output logits[batch, 1]): (query, passage) encoded as a pair,
     truncated at `max_length`, batches of similar length. The session is made on first use."""
 
     def __init__(self, folder: Path, *, name: str = DEFAULT_MODEL, threads: int = 0, batch_size: int = 16,
-                 max_length: int = 512, floors: dict[str, float] | None = None):
+                 max_length: int = 512, floors: dict[str, float] | None = None, segment_ids: str = "pair"):
         self.folder = Path(folder)
+        # how the pair's second text is marked: "pair" (token_type_id 1, as BERT was pre-trained and
+        # ms-marco fine-tuned) or "zeros" (every id 0: how a model trained without them reads best)
+        self.segment_ids = segment_ids
         self.floors = dict(floors or {})  # floors fitted on this model's scores (RerankInfo.floor)
         self.name = f"onnx:{name}"
         self.threads = threads
@@ -88,7 +127,8 @@ class OnnxCrossEncoder:
             feed = {"input_ids": np.array([e.ids for e in encs], dtype=np.int64),
                     "attention_mask": np.array([e.attention_mask for e in encs], dtype=np.int64)}
             if "token_type_ids" in self._inputs:
-                feed["token_type_ids"] = np.array([e.type_ids for e in encs], dtype=np.int64)
+                types = np.array([e.type_ids for e in encs], dtype=np.int64)
+                feed["token_type_ids"] = types if self.segment_ids == "pair" else np.zeros_like(types)
             logits = np.asarray(session.run(None, feed)[0], dtype=np.float32).reshape(len(idx), -1)
             for i, row in zip(idx, logits):
                 out[i] = row
@@ -104,11 +144,9 @@ class OnnxCrossEncoder:
         rs = settings.retrieve
         folder = resolve(rs.rerank_model, "reranker", settings.cache_dir)
         spec = REGISTRY.get(rs.rerank_model)
-        # a folder `ragkit tune reranker` wrote says the length it was trained at (reranker.json)
-        own = folder / "reranker.json"
-        extra = spec.extra if spec else (json.loads(own.read_text(encoding="utf-8")) if own.is_file() else {})
-        # and the floors fitted on its scores (not_found, quote, table: RerankInfo.floor)
+        # the length it was trained at, how it reads segments and the floors fitted on its scores
+        # (not_found, quote, table: RerankInfo.floor), from its own reranker.json or registry entry
+        cfg = model_config(folder, "reranker.json", spec.extra if spec else None)
         return cls(folder, name=rs.rerank_model if spec else folder.name, threads=rs.rerank_threads,
-                   max_length=int(extra.get("max_length", 512)),
-                   floors={k: float(v) for k, v in (extra.get("floors") or {}).items()})
-
+                   max_length=int(cfg.get("max_length", 512)), segment_ids=cfg.get("segment_ids", "pair"),
+                   floors={k: float(v) for k, v in (cfg.get("floors") or {}).items()})

@@ -30,7 +30,7 @@ from types import SimpleNamespace
 from typing import Callable
 
 from ragkit.tune.labelled import LABELS, LabelledSet
-from ragkit.tune.training import BASES, base_model, export_onnx, shown_path, split_documents, train
+from ragkit.tune.training import BASES, base_model, export_onnx, inputs_key, shown_path, split_documents, train
 
 LABEL_ORDER = ["Entailment", "Contradiction", "NotMentioned"]
 THRESHOLDS = [round(0.05 * i, 2) for i in range(2, 19)]
@@ -243,7 +243,9 @@ def tune_checklist(sources: list[Path], out: Path, session, opts: TuneOptions, *
         if rep.failed:
             raise UsageError(f"ingest failed for {rep.failed}")
         session.reopen_store()
-    cache = work / f"examples-k{opts.candidates}.jsonl"
+    # the candidates depend on the sets, the documents, the hypotheses, k and the embedder
+    key = inputs_key([*sources, *(corpus or [])], hypotheses, opts.candidates, session.settings.embed.model_dump(mode="json"))
+    cache = work / f"examples-k{opts.candidates}-{key}.jsonl"
     if cache.exists():
         examples = load_examples(cache)
     else:
@@ -273,8 +275,10 @@ def tune_checklist(sources: list[Path], out: Path, session, opts: TuneOptions, *
     out.mkdir(parents=True, exist_ok=True)
     export_onnx(torch_dir, out, opts.max_length)
     # the threshold is chosen with the INT8 model that ships, on documents that trained nothing
+    # (the threshold belongs to this model.onnx: LabelModel refuses it with another file)
     provisional = {"labels": LABEL_ORDER, "max_length": opts.max_length, "candidates": opts.candidates, "threshold": 0.5,
-                   "low_confidence": opts.low_confidence, "checklist": name, "hypotheses": hypotheses}
+                   "low_confidence": opts.low_confidence, "checklist": name, "hypotheses": hypotheses,
+                   "segment_ids": "pair", "fitted_model_sha256": sha256_file(out / "model.onnx")}
     (out / "label_model.json").write_text(json.dumps(provisional, indent=2) + "\n", encoding="utf-8")
     model = LabelModel(out)
     rows = decisions(model, choose_ex) if choose_ex else []

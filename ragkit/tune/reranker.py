@@ -39,7 +39,7 @@ from typing import Callable
 
 from ragkit.errors import UsageError
 from ragkit.tune.labelled import safe_name
-from ragkit.tune.training import BASES, base_model, export_onnx, shown_path, split_documents, train
+from ragkit.tune.training import BASES, base_model, export_onnx, inputs_key, shown_path, split_documents, train
 
 CUAD_QUESTIONS = Path(__file__).with_name("cuad_questions.json")
 LICENCES = {"cuad": "CUAD v1 (The Atticus Project; Hendrycks et al., NeurIPS 2021), CC BY 4.0",
@@ -329,7 +329,10 @@ def tune_reranker(sources: list[Path], out: Path, session, opts: RerankTuneOptio
         if rep.failed:
             raise UsageError(f"ingest failed for {rep.failed}")
         session.reopen_store()
-    key = f"pool{opts.pool}-seed{opts.seed}-docs{opts.max_docs}-per{opts.per_doc}-u{opts.unanswerable}"
+    # the pools depend on the sets, the documents, the sample and the retrieval that mined them
+    key = (f"pool{opts.pool}-seed{opts.seed}-docs{opts.max_docs}-per{opts.per_doc}-u{opts.unanswerable}-"
+           + inputs_key([*sources, *(corpus or [])], session.settings.embed.model_dump(mode="json"),
+                        session.settings.retrieve.model_dump(mode="json"), session.settings.ingest.model_dump(mode="json")))
     cache = work / f"mined-{key}.jsonl"
     if cache.exists():
         mined = load_mined(cache)
@@ -362,7 +365,7 @@ def tune_reranker(sources: list[Path], out: Path, session, opts: RerankTuneOptio
                       batch_size=opts.batch_size, max_length=opts.max_length, lr=opts.lr, log=log)
     train_s = time.perf_counter() - t0
     export_onnx(torch_dir, out, opts.max_length)
-    (out / "reranker.json").write_text(json.dumps({"kind": "reranker", "max_length": opts.max_length}, indent=2) + "\n",
+    (out / "reranker.json").write_text(json.dumps({"kind": "reranker", "max_length": opts.max_length, "segment_ids": "pair"}, indent=2) + "\n",
                                        encoding="utf-8")
     figures = {}
     if held_m:

@@ -43,6 +43,25 @@ def shown_path(path) -> str:
         return p
 
 
+def inputs_key(files, *values) -> str:
+    """A short hash of everything a tuning cache was made from: the bytes of each file (a
+    folder: every file under it, by relative path) and `values` (options, hypotheses,
+    settings) as JSON. A cache named with it is reused only for the same inputs: another
+    set, another corpus or another embedder makes another cache, never an old one."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256()
+    for f in files:
+        p = Path(f)
+        for q in sorted(p.rglob("*")) if p.is_dir() else [p]:
+            if q.is_file():
+                h.update(str(q.relative_to(p) if p.is_dir() else q.name).encode())
+                h.update(hashlib.sha256(q.read_bytes()).digest())
+    h.update(json.dumps(values, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
 def split_documents(docs, share: float, seed: int) -> tuple[set[str], set[str]]:
     """(the rest, the part): the documents sorted, shuffled with `seed`, the first
     round(share x n) (at least one when share > 0 and there are two or more) set apart:
