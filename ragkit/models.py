@@ -105,15 +105,10 @@ REGISTRY: dict[str, ModelSpec] = {
         files=(
             ("model.onnx", "3233d2c94aa57e0522e63b754adbaea674a10f3611d24e86c0ea81a99def3ab6"),
             ("tokenizer.json", "851ca67100d372ca3ae031a6abd168f53489eebfd7d89523f35c5c9b4d372c3c"),
-            ("reranker.json", "2db27cc473f0fb070353187dd3c14deb90d97385062230172e6aa423e5cbd391"),
+            ("reranker.json", "d8444f040b7e7e24185e8ba10b9d2873fba08b05f18aa5c1bab159e52efd4e05"),
         ),
-        # its floors on its logits (RerankInfo.floor, in reranker.json), fitted on the tuning halves by `eval/bench_ranking.py --sets
-        # contractnli,cuad --not-found --nf-method legal` (split seed 24), held-out halves in eval/README.md: not_found
-        # refuses at most 1% of the answerable tuning questions (held out: 0 of 224 refused, 50 of 54 off-topic
-        # stopped); quote: Youden J on CUAD's tuning half (held out: quoted 73 of 111 answerable, 15 of 94 unanswerable);
-        # table: the highest that keeps the SEC tuning half's figure's page in the prompt (-5 / -3 / -2 / -1.5 / -1 / 0 / 1:
-        # 0.941 down to -1, 0.912 from 0; no lane 0.882); held out 0.950 at -1 and -1.5, prompt 2,064 -> 2,030 tokens
-        # its length, segment ids and floors are in its own reranker.json (pinned above), bound to its model.onnx
+        # its length, segment ids and floors (RerankInfo.floor; how each was fitted: `floors_fitted`) are in its own
+        # reranker.json (pinned above), bound to its model.onnx; held-out figures in eval/README.md "Reranker"
         extra={"engine": "onnx-cross-encoder"},
     ),
     # trained here by `ragkit tune embedder` from minilm on CUAD and ContractNLI training documents
@@ -130,7 +125,6 @@ REGISTRY: dict[str, ModelSpec] = {
         files=(
             ("model.onnx", "102f801fc7dd9f559d35d668b0eeea741574665510e061476a9b4460b505ab16"),
             ("tokenizer.json", "851ca67100d372ca3ae031a6abd168f53489eebfd7d89523f35c5c9b4d372c3c"),
-            ("reranker.json", "2db27cc473f0fb070353187dd3c14deb90d97385062230172e6aa423e5cbd391"),
         ),
         extra={"engine": "onnx-prebuilt", "pooling": "mean", "normalize": True, "max_seq_length": 256, "dim": 384},
     ),

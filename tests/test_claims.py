@@ -135,7 +135,7 @@ def test_retrieval_gate_abstains_off_topic_and_not_on_answerable_with_either_emb
     # not_found floor (MiniLM on Bonterms since 2026-12-06: its letter-spaced logo "B O N T E R
     # M S" is no longer a section of its own, which had been every probe's nearest chunk and
     # had set the similarity floor at 0.159 over the off-topic question's 0.142; now 0.083 and
-    # 0.117, and the reranker's best score -5.50 is far under its floor -2.52)
+    # 0.117, and the reranker's best score -5.50 is far under its floor, -2.47)
     assert r_off.abstain_reason and ("sd above unrelated questions" in r_off.abstain_reason
                                      or "the reranker's best score" in r_off.abstain_reason), r_off.abstain_reason
     assert r_on.abstain_reason is None

@@ -128,30 +128,33 @@ def _cuad_item(category: str):
 
 @pytest.mark.complete
 def test_the_legal_floors_refuse_quote_or_doubt_a_contract_question_by_its_score(biopure):
-    """The legal reranker's floors (registry `floors`, fitted on the CUAD and ContractNLI
+    """The legal reranker's floors (its reranker.json's `floors`, fitted on the CUAD and ContractNLI
     tuning halves; this contract is in neither's tuning half) decide three CUAD questions
     on this contract, asked through `ask` (a question asking for the clause is answered by
     quoting, nothing generated):
     - Non-Disparagement, which the contract lacks: the pool's best score is under the
-      not_found floor (-2.52): not_found, with the reranker's reason;
-    - Most Favored Nation, which it lacks too: over that floor, under the quote floor
-      (0.83): unverified, the closest passages shown, not a supported quote;
+      not_found floor: not_found, with the reranker's reason;
+    - Most Favored Nation, which it lacks too: over that floor, under the quote floor:
+      unverified, the closest passages shown, not a supported quote;
     - Governing Law, which it holds: over both, a supported quote holding the gold clause.
     With the floors off, the two questions it lacks come back as supported quotes."""
     from ragkit.answer.ask import ask
     from ragkit.eval.metrics_text import quote_matches_evidence
     from ragkit.session import Session
 
+    from ragkit.rerankers.onnx import OnnxCrossEncoder
+
     session = Session(biopure)
+    floors = OnnxCrossEncoder.from_settings(biopure).floors  # the model file's own (its reranker.json)
     lacks, doubt, holds = _cuad_item("Non-Disparagement"), _cuad_item("Most Favored Nation"), _cuad_item("Governing Law")
     assert not lacks.answerable and not doubt.answerable and holds.answerable
     r = ask(lacks.question, session, docs=[DOC])
-    assert r.outcome == "not_found" and "reranker's best score" in r.abstain_reason and "under -2.52" in r.abstain_reason, (
-        r.outcome, r.abstain_reason)
+    assert r.outcome == "not_found" and "reranker's best score" in r.abstain_reason, (r.outcome, r.abstain_reason)
+    assert f"under {floors['not_found']:g}" in r.abstain_reason, r.abstain_reason
     assert r.citations == [] and r.passages == []
     r = ask(doubt.question, session, docs=[DOC])
     assert r.outcome == "unverified" and r.answer_kind == "quoted", (r.outcome, r.unverified_reason)
-    assert "quote floor 0.83" in r.unverified_reason and r.passages
+    assert f"quote floor {floors['quote']:g}" in r.unverified_reason and r.passages
     assert r.answer.startswith("Not verified against the sources.")
     r = ask(holds.question, session, docs=[DOC])
     assert r.outcome == "supported" and r.answer_kind == "quoted", (r.outcome, r.unverified_reason, r.abstain_reason)

@@ -287,6 +287,8 @@ def tune_checklist(sources: list[Path], out: Path, session, opts: TuneOptions, *
     (out / "label_model.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
     card = {
         "checklist": name, "sources": [shown_path(s.source) for s in sets], "corpus": [shown_path(c) for c in corpus or []],
+        "source_documents": {shown_path(s.source): len(s.docs()) for s in sets},
+        "segment_ids": "pair", "fitted_model_sha256": cfg["fitted_model_sha256"],
         "items": len(examples), "documents": len({e.doc for e in examples}), "train_documents": len(train_docs),
         "choose_documents": sorted(choose_docs), "pairs": len(pairs), "candidate_recall": round(recall, 3),
         "base": BASES.get(opts.base or "minilm", str(opts.base)),
@@ -298,6 +300,25 @@ def tune_checklist(sources: list[Path], out: Path, session, opts: TuneOptions, *
     (out / "training.json").write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
     (out / "MODEL_CARD.md").write_text(model_card(card), encoding="utf-8")
     return card
+
+
+# what a model card says of a labelled set it recognises by its file name
+KNOWN_SETS = {
+    "train_from_test.json": "90 NDAs of ContractNLI's test split released for training (contractnli-test-train; the "
+                            "other 33 test NDAs are kept apart to measure on)",
+    "train_truncated.json": "ContractNLI train NDAs (contractnli-train-50)",
+    "contractnli-dev-tune34.jsonl": "the 34 tuning NDAs of ContractNLI dev (never the 27 held out)",
+}
+
+
+def data_line(card: dict) -> str:
+    """The sources as a card names them: each path, its documents, and what it is when known."""
+    n = card.get("source_documents") or {}
+    out = []
+    for src in card["sources"]:
+        what = KNOWN_SETS.get(Path(src).name)
+        out.append(f"{src}" + (f" ({n[src]} documents" + (f": {what})" if what else ")") if src in n else ""))
+    return ", ".join(out)
 
 
 def model_card(card: dict) -> str:
@@ -312,8 +333,10 @@ it, contradicts it, or is not about it. `ragkit compare` labels an item Yes / No
 mentioned from the sentence most likely about it (`ragkit/compare/label_model.py`).
 
 - Base: {card['base']}
-- Data: {', '.join(card['sources'])}{(' (documents: ' + ', '.join(card['corpus']) + ')') if card['corpus'] else ''};
+- Data: {data_line(card)}{(' (documents: ' + ', '.join(card['corpus']) + ')') if card['corpus'] else ''};
   {card['items']} labelled items over {card['documents']} documents.
+- Inputs: (hypothesis, sentence) as a pair, the sentence as segment 1 (`segment_ids` "{card.get('segment_ids', 'pair')}" in
+  label_model.json), in training as in `ragkit compare`.
 - Split by document (seed {card['options']['seed']}): {card['train_documents']} documents train
   ({card['pairs']} sentence pairs: every gold evidence sentence with its item's label, and per
   item the {card['options']['hard']} nearest other sentences and {card['options']['easy']} at random as
@@ -329,7 +352,9 @@ mentioned from the sentence most likely about it (`ragkit/compare/label_model.py
   choosing documents, with the INT8 model: accuracy {fmt(c.get('accuracy'))}, macro F1 {fmt(c.get('macro_f1'))},
   F1 E {fmt(f1.get('Entailment'))} / C {fmt(f1.get('Contradiction'))} / NM {fmt(f1.get('NotMentioned'))},
   quote holds gold evidence {fmt(c.get('quote_holds_gold'))} ({c.get('n', 0)} items). These documents chose the
-  threshold: the figures on documents that did neither are in eval/README.md.
+  threshold: the figures on documents that did neither are in eval/README.md. The threshold and share
+  hold for this model.onnx only (label_model.json `fitted_model_sha256` {card.get('fitted_model_sha256', '-')}):
+  `ragkit compare` refuses them with another file.
 - Command: `{card['command']}`
 - Files (sha256): {'; '.join(f'`{k}` {v}' for k, v in card['files'].items())}
 
