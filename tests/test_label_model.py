@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -131,10 +132,13 @@ def test_a_held_out_nda_labelled_with_probabilities(tmp_path):
     from ragkit.ingest import ingest
 
     held = {json.loads(x)["doc"] for x in (ROOT / "eval/sets/contractnli-dev-held27.jsonl").read_text().splitlines()}
-    rec = next(json.loads(x) for x in (ROOT / "eval/sets/contractnli-dev.jsonl").read_text().splitlines()
-               if json.loads(x)["doc"] in held)
+    # the held-out NDA whose gold labels are the most mixed (8 Not mentioned, 7 Entailment, 2
+    # Contradiction): a constant answer gets 8 of 17 right here (the first held-out NDA had 14
+    # Entailments, so "right >= 9" passed by answering Yes to everything)
+    name = "1100772_0001038838-02-000125_ex1032sb2no5.txt"
+    assert name in held
     dev = json.loads(DEV.read_text(encoding="utf-8"))
-    d = next(x for x in dev["documents"] if x["file_name"] == rec["doc"])
+    d = next(x for x in dev["documents"] if x["file_name"] == name)
     text, gold = d["text"], {k: a["choice"] for k, a in d["annotation_sets"][0]["annotations"].items()}
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "held.txt").write_text(text, encoding="utf-8")
@@ -146,7 +150,8 @@ def test_a_held_out_nda_labelled_with_probabilities(tmp_path):
     hyp = c.rows
     assert len(hyp) == 17
     right = sum(nli[r.findings["held.txt"].label] == gold[r.item.id] for r in hyp)
-    assert right >= 9, [(r.item.id, r.findings["held.txt"].label, gold[r.item.id]) for r in hyp]
+    constant = max(Counter(gold.values()).values())
+    assert constant == 8 and right > constant, [(r.item.id, r.findings["held.txt"].label, gold[r.item.id]) for r in hyp]
     by_model = [r for r in hyp if r.findings["held.txt"].decided_by == "label model nda-label"]
     assert len(by_model) >= 8, [(r.item.id, r.findings["held.txt"].decided_by) for r in hyp]
     for r in hyp:

@@ -140,9 +140,8 @@ def test_the_legal_floors_refuse_quote_or_doubt_a_contract_question_by_its_score
     With the floors off, the two questions it lacks come back as supported quotes."""
     from ragkit.answer.ask import ask
     from ragkit.eval.metrics_text import quote_matches_evidence
-    from ragkit.session import Session
-
     from ragkit.rerankers.onnx import OnnxCrossEncoder
+    from ragkit.session import Session
 
     session = Session(biopure)
     floors = OnnxCrossEncoder.from_settings(biopure).floors  # the model file's own (its reranker.json)
