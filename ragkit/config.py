@@ -349,6 +349,11 @@ class CompareSettings(BaseModel):
     # unless this is true; without it the label is the evidence's (on point: Yes, else Not
     # mentioned), and the note says so
     text_labels: bool = False
+    # `ragkit review`: the score a finding must reach to fill its cell ("model": the reranker's
+    # own `review` floor in its reranker.json, fitted on CUAD tuning contracts, eval/README.md
+    # "Data-room review"; a number; "off": every finding). Every finding stays in the
+    # findings sheet and the JSON with its score, whatever the floor.
+    review_floor: Floor = Field("model", description="a review cell's floor on the reranker's score: model | off | a logit")
 
 
 class ServeSettings(BaseModel):

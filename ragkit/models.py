@@ -157,6 +157,20 @@ REGISTRY: dict[str, ModelSpec] = {
         ),
         extra={"engine": "onnx-label-model"},
     ),
+    # trained here by `ragkit tune kinds` on CUAD training contracts (ragkit/models_data/cuad-kinds/
+    # MODEL_CARD.md: data, command, figures); the cuad checklist's kinds model (ragkit review)
+    "cuad-kinds": ModelSpec(
+        name="cuad-kinds",
+        kind="kinds-model",
+        description="the cuad checklist's kinds model: one logistic regression per CUAD clause kind over MiniLM "
+                    "unit embeddings (41 x 384 weights)",
+        licence="CC BY 4.0 (trained on CUAD v1, CC BY 4.0)",
+        parts=(PackagedFile("ragkit", "models_data/cuad-kinds", "ragkit (reinstall it: the model ships inside the package)"),),
+        files=(
+            ("kinds.npz", "777061a810adef76d7e15190afc6f32799733ca700adc004bc2bb4d63713cca9"),
+            ("kinds.json", "04716ad5ac3988e07df11817233ce7dd382f63dbd8a9f928eed9985cba25c4d9"),
+        ),
+    ),
     "qwen2.5-coder-0.5b": ModelSpec(
         name="qwen2.5-coder-0.5b",
         kind="generator",

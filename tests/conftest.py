@@ -156,9 +156,9 @@ def nda_store(tmp_path_factory, corpus):
     return settings
 
 
-def assert_a_changed_byte_is_refused(name: str, kind: str, tmp_path, monkeypatch) -> None:
+def assert_a_changed_byte_is_refused(name: str, kind: str, tmp_path, monkeypatch, file: str = "model.onnx") -> None:
     """A copy of a model ragkit ships, installed as a package of its own with one byte of its
-    model.onnx changed: resolving it is refused before anything loads it (exit code 3)."""
+    `file` changed: resolving it is refused before anything loads it (exit code 3)."""
     import dataclasses
 
     from ragkit import models
@@ -172,10 +172,10 @@ def assert_a_changed_byte_is_refused(name: str, kind: str, tmp_path, monkeypatch
     shutil.copytree(folder, pkg / "model")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.setitem(models.REGISTRY, name, dataclasses.replace(spec, parts=(models.PackagedFile(pkg.name, "model", "ragkit"),)))
-    onnx = pkg / "model" / "model.onnx"
+    onnx = pkg / "model" / file
     data = bytearray(onnx.read_bytes())
     data[len(data) // 2] ^= 0x01
     onnx.write_bytes(bytes(data))
-    with pytest.raises(ModelNotFound, match="model.onnx does not match its pinned sha256") as info:
+    with pytest.raises(ModelNotFound, match=f"{file} does not match its pinned sha256") as info:
         models.resolve(name, kind, tmp_path / "cache")
     assert info.value.exit_code == 3

@@ -2,4 +2,4 @@
 `ragkit.cli` calls it for each name in COMMANDS, in that order (the order of `--help`).
 Keep imports of heavy libraries inside the command functions so `ragkit --help` stays fast."""
 
-COMMANDS = ("ingest", "ask", "chat", "compare", "docs", "eval", "tune", "doctor", "serve", "mcp")
+COMMANDS = ("ingest", "ask", "chat", "compare", "review", "docs", "eval", "tune", "doctor", "serve", "mcp")

@@ -172,3 +172,33 @@ def embedder_cmd(
             err.print(f"wrote {out / 'model'}; on {card['documents']['held_out']} held-out documents gold chunk in the top 10 "
                       f"{b['top10']} -> {t['top10']}, MRR {b['mrr']} -> {t['mrr']}; training {card['training_minutes']} min",
                       highlight=False, markup=False)
+
+
+@tune_app.command("kinds")
+def kinds_cmd(
+    master: Path = typer.Argument(..., help="CUAD's master_clauses.csv (contract texts in txt/ beside it)"),
+    out: Path = typer.Option(..., "--out", help="folder the model is written to (kinds.npz, kinds.json)"),
+    hold_out: Optional[list[Path]] = typer.Option(None, "--hold-out", help="JSON files naming contracts (txt names) left "
+                                                  "out of training, e.g. eval/sets/cuad-review-split.json"),
+    seed: int = typer.Option(24, "--seed"),
+    negatives: int = typer.Option(40000, "--negatives", min=1000, help="units of no kind drawn for training"),
+    c: float = typer.Option(3.0, "--c", min=1e-4, help="inverse L2 strength of each kind's logistic regression"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Train a review checklist's kinds model: one logistic regression per clause kind over
+    the embeddings of contract sentences labelled by CUAD's gold excerpts. Name OUT as the
+    checklist's `kind_model` to use it (cuad.toml names the shipped `cuad-kinds`)."""
+    from ragkit.config import load_settings
+    from ragkit.session import Session
+    from ragkit.tune.kinds import KindsOptions, tune_kinds
+    from ragkit.tune.training import shown_path
+
+    with command_errors(as_json):
+        opts = KindsOptions(seed=seed, negatives=negatives, c=c)
+        command = " ".join(["ragkit tune kinds", shlex.quote(shown_path(master)), "--out", shlex.quote(shown_path(out)),
+                            *(a for h in hold_out or [] for a in ("--hold-out", shlex.quote(shown_path(h)))),
+                            "--seed", str(seed), "--negatives", str(negatives), "--c", str(c)])
+        card = tune_kinds(master, out, Session(load_settings()), opts, held_out=hold_out, command=command,
+                          log=lambda m: err.print(m, highlight=False, markup=False))
+        if as_json:
+            print_json(card)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 
 LABELS = ("Yes", "No", "Not mentioned", "Unclear", "Found")
+FINDINGS = ("clauses", "date", "parties", "name")
 NLI = {"Yes": "Entailment", "No": "Contradiction", "Not mentioned": "NotMentioned"}
 
 
@@ -55,8 +56,20 @@ class ChecklistItem:
     # the checklist's label model (its TOML's top-level `label_model`: a registry name or a
     # folder, relative to the TOML), set by load_checklist
     label_model: str | None = None
+    # what a review's cell holds for the item (`ragkit review`, ragkit.compare.review): "clauses"
+    # to quote; a "date", the "parties" or the contract's "name" (the passage that states it)
+    finding: str = "clauses"
+    # what counts as evidence for the item, in a reviewer's words (shown beside the column)
+    evidence: str = ""
+    # the checklist's kinds model (its TOML's top-level `kind_model`: a registry name or a
+    # folder, relative to the TOML), set by load_checklist: a review reads each unit's kind from it
+    kind_model: str | None = None
 
     def __post_init__(self) -> None:
+        if self.finding not in FINDINGS:
+            raise TypeError(f"item {self.id!r}: finding must be one of {', '.join(FINDINGS)}")
+        if not isinstance(self.evidence, str):
+            raise TypeError(f"item {self.id!r}: evidence must be text")
         for name in ("terms", "contrary", "affirm", "objects"):
             v = getattr(self, name)
             if not (isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v)):
@@ -221,8 +234,9 @@ def term_pattern(terms: list[str]) -> "re.Pattern | None":
         alts.append(r"\b" + out + r"\b")
     return re.compile("|".join(alts), re.IGNORECASE)
 
-ITEM_KEYS = frozenset({"id", "title", "question", "hypothesis", "terms", "contrary", "affirm", "words_only", "objects"})
-TOP_KEYS = frozenset({"name", "description", "label_model", "items"})
+ITEM_KEYS = frozenset({"id", "title", "question", "hypothesis", "terms", "contrary", "affirm", "words_only", "objects",
+                       "finding", "evidence"})
+TOP_KEYS = frozenset({"name", "description", "label_model", "kind_model", "items"})
 
 
 def load_checklist(name_or_path: str) -> tuple[str, list[ChecklistItem]]:
@@ -267,4 +281,14 @@ def load_checklist(name_or_path: str) -> tuple[str, list[ChecklistItem]]:
             model = str((p.parent / model).resolve())
         for i in items:
             i.label_model = model
+    kinds = data.get("kind_model")
+    if kinds is not None:
+        if not isinstance(kinds, str) or not kinds.strip():
+            raise ConfigError(f"checklist {p}: kind_model must be a registry name or a folder")
+        from ragkit.models import REGISTRY
+
+        if kinds not in REGISTRY and not Path(kinds).expanduser().is_absolute():
+            kinds = str((p.parent / kinds).resolve())
+        for i in items:
+            i.kind_model = kinds
     return data.get("name", p.stem), items

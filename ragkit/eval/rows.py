@@ -15,20 +15,17 @@ without it only the CSV is written and the report says so.
 
 from __future__ import annotations
 
-import csv
 import json
-import re
 from pathlib import Path
 
 from ragkit.config import Settings
 from ragkit.errors import UsageError
 from ragkit.eval.sets import EvalItem
+from ragkit.sheets import FORMULA_START, XLSX_CELL_MAX, is_hostile, write_csv, xlsx_available  # noqa: F401  (re-exported)
 
 ROWS_CSV, ROWS_XLSX = "rows.csv", "rows.xlsx"
 COMPARE_CSV, COMPARE_XLSX = "compare_rows.csv", "compare_rows.xlsx"
 STAGES = ("retrieve_s", "prompt_s", "generate_s", "ttft_s", "total_s")
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-XLSX_CELL_MAX = 32767  # Excel's limit on the characters of one cell
 
 # the columns before the figures (the optional ones only when some question has a value)
 INFO_COLUMNS = ("id", "question", "gold_answer", "gold_label", "answerable", "gold_doc", "gold_page", "gold_evidence",
@@ -44,14 +41,6 @@ _LONG = {"question": 50, "gold_answer": 30, "gold_evidence": 50, "answer": 60, "
          "quote": 50, "error": 40, "why": 36, "top_context": 30, "changed": 40}
 
 _XLSX_MISSING = "openpyxl is not installed: {name} not written (the CSV holds the same rows)"
-
-
-def xlsx_available() -> bool:
-    try:
-        import openpyxl  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 # ---------------------------------------------------------------------- one run
@@ -162,26 +151,6 @@ def build_rows(items: list[EvalItem], records: dict[str, dict], scored: list[dic
 
 # ---------------------------------------------------------------------- writing
 
-def is_hostile(v) -> bool:
-    return isinstance(v, str) and v.startswith(FORMULA_START)
-
-
-def _csv_value(v):
-    if v is None:
-        return ""
-    if is_hostile(v):
-        return "'" + v
-    return v
-
-
-def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
-    with open(path, "w", encoding="utf-8-sig", newline="") as f:
-        w = csv.writer(f)
-        w.writerow([_csv_value(c) for c in columns])
-        for r in rows:
-            w.writerow([_csv_value(r.get(c)) for c in columns])
-
-
 def _width(col: str, rows: list[dict]) -> float:
     base = col.rsplit(" ", 1)[0]  # "answer A" is as wide as "answer"
     if base in _LONG:
@@ -190,51 +159,11 @@ def _width(col: str, rows: list[dict]) -> float:
     return min(max(len(col), longest) + 2, 30)
 
 
-_NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
-
-
 def write_xlsx(path: Path, columns: list[str], rows: list[dict], title: str = "rows") -> None:
-    from openpyxl import Workbook
-    from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
-    from openpyxl.styles import Alignment, Font
-    from openpyxl.utils import get_column_letter
+    from ragkit.sheets import Sheet, write_workbook
 
-    wb = Workbook()
-    ws = wb.active
-    ws.title = title
-    bold = Font(bold=True)
-    top = Alignment(vertical="top")
-    wrap = Alignment(vertical="top", wrap_text=True)
-    long_cols = {i for i, c in enumerate(columns, 1) if c.rsplit(" ", 1)[0] in _LONG}
-
-    def put(r: int, c: int, v) -> None:
-        cell = ws.cell(row=r, column=c)
-        if isinstance(v, str):
-            # control characters a PDF can hold, and what XML forbids besides (U+FFFE/U+FFFF, lone surrogates)
-            v = _NOT_XML.sub("", ILLEGAL_CHARACTERS_RE.sub("", v))[:XLSX_CELL_MAX]
-            cell.value = v
-            cell.data_type = "s"  # text, never a formula, whatever it starts with
-            if is_hostile(v):
-                cell.quotePrefix = True  # stays text when the cell is edited
-        else:
-            cell.value = v
-            if isinstance(v, float):
-                cell.number_format = "0.000"
-        cell.alignment = wrap if c in long_cols else top
-
-    for c, name in enumerate(columns, 1):
-        put(1, c, name)
-        ws.cell(row=1, column=c).font = bold
-    for r, row in enumerate(rows, 2):
-        for c, name in enumerate(columns, 1):
-            v = row.get(name)
-            if v is not None:
-                put(r, c, v)
-    for c, name in enumerate(columns, 1):
-        ws.column_dimensions[get_column_letter(c)].width = _width(name, rows)
-    ws.freeze_panes = "B2"  # the header row and the id column stay in view
-    ws.auto_filter.ref = f"A1:{get_column_letter(len(columns))}{len(rows) + 1}"
-    wb.save(path)
+    write_workbook(path, [Sheet(title, columns, rows, widths={c: _width(c, rows) for c in columns},
+                                wrap={c for c in columns if c.rsplit(" ", 1)[0] in _LONG})])
 
 
 def _plan(csv_name: str, xlsx_name: str) -> dict:

@@ -38,6 +38,9 @@ class Retrieval:
     # the order the reranker's pool is cut from; "reranked": after the cross-encoder), for
     # measuring where evidence is lost (eval/bench_ranking.py --lost-where)
     orders: dict[str, list[str]] = field(default_factory=dict)
+    # the candidates in their final order (after the reranker), with their metadata: what a
+    # review reads its findings from (the reranker's unit scores name chunks by id)
+    ranked: list[Hit] = field(default_factory=list)
 
 
 def retrieve(question: str, session: "Session | Settings", docs: list[str] | None = None, *, generator=None,
@@ -87,7 +90,7 @@ def retrieve(question: str, session: "Session | Settings", docs: list[str] | Non
         timings.update(rerank_s=rinfo.wall_s, rerank_cpu_s=rinfo.cpu_s)
     why = _abstain_why(prompt, session.settings, calibration, rinfo)
     return Retrieval(question=question, prompt=prompt, docs=selected, abstain_reason=why, timings=timings, rerank=rinfo,
-                     orders=notes.get("orders", {}))
+                     orders=notes.get("orders", {}), ranked=cands)
 
 
 def _search(session: "Session", store, searched: str, qvec, docs: list[str] | None) -> tuple:
