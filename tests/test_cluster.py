@@ -416,6 +416,33 @@ def _server_settings(url: str, collection: str, base: Path):
         update={"store_url": url, "collection": collection, "cache_dir": base / "cache"})
 
 
+@pytest.mark.complete
+def test_review_on_the_cluster_equals_a_local_review_and_is_logged_once_a_contract(ray_cluster, reference, tmp_path):
+    """`ragkit review --cluster`: the contracts reviewed by Ray actors (each with its own
+    session and the checklist's kinds model) come back with the findings a local review gives,
+    each logged once; a second run reads them all back from the log."""
+    from ragkit.cluster.review import review_on_cluster
+    from ragkit.compare.review import review
+    from ragkit.session import Session
+
+    settings, _, _ = reference
+    session = Session(settings)
+    names = sorted(r.name for r in session.store.documents())[:3]
+    items = ["governing-law", "anti-assignment"]
+
+    def findings(rv):
+        return {c.doc: {k: [(e.text, e.score, e.page) for e in v] for k, v in c.findings.items()} for c in rv.contracts}
+
+    local = review(names, session, "cuad", items=items)
+    log = tmp_path / "review.log.jsonl"
+    remote = review(names, session, "cuad", items=items, log=log, review_many=review_on_cluster(ray_cluster.address))
+    assert [c.doc for c in remote.contracts] == names and remote.resumed == 0
+    assert findings(remote) == findings(local)
+    assert sorted(json.loads(line)["doc"] for line in log.read_text().splitlines()) == names
+    again = review(names, session, "cuad", items=items, log=log, review_many=review_on_cluster(ray_cluster.address))
+    assert again.resumed == 3 and findings(again) == findings(local)
+
+
 @pytest.fixture(scope="module")
 def server_reference(chroma_server, tmp_path_factory):  # noqa: F811  (the imported fixture)
     """Three NDAs ingested locally (one process) into their own collection of a real `chroma run` server."""

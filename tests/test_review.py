@@ -63,6 +63,7 @@ def test_the_cuad_checklist_has_an_item_for_each_of_cuads_41_columns():
 BIOPURE = "BIOPURECORP_06_30_1999-EX-10.13-AGENCY AGREEMENT.PDF"
 
 
+@pytest.mark.complete  # 20 s: make test is at its 15 minutes
 def test_a_folder_is_reviewed_into_a_workbook_a_lawyer_filters_and_a_second_run_resumes(tmp_path):
     """A real CUAD contract (cuad-10, BioPure's agency agreement) and a corrupt file in one
     folder: the corrupt file is reported by name and the batch goes on (exit 1); the workbook
