@@ -43,53 +43,16 @@ def answer_on_cluster(address: str | None) -> Callable:
     count), and disconnects at the end."""
 
     def answer_many(settings: Settings, retrieval_only: bool, items: list) -> Iterator[dict]:
-        import ray
-
-        from ragkit.cluster.connect import alive_nodes, connect, disconnect
+        from ragkit.cluster.actors import fan_out
+        from ragkit.cluster.connect import alive_nodes
         from ragkit.errors import ConfigError
 
         where = address or settings.cluster.address
         if not where:
             raise ConfigError("no Ray cluster to answer on", hint="give --cluster ADDRESS or set cluster.address")
-        if not items:
-            return
-        ours = connect(where, settings.cluster.connect_timeout_s)
-        actors: list = []
-        try:
-            engines = settings.cluster.engines
-            n = min(settings.cluster.embedders or max(1, len(alive_nodes()), len(engines)), len(items))
-            cls = ray.remote(_AnswerActor).options(max_restarts=ANSWER_RETRIES, max_task_retries=ANSWER_RETRIES,
-                                                   scheduling_strategy="SPREAD")
-            actors = [cls.remote(engine_settings(settings, j), retrieval_only) for j in range(n)]
-            todo = list(reversed(items))
-            pending: dict = {}  # ref -> actor index
-            load = [0] * n
-
-            def submit(j: int) -> None:
-                item = todo.pop()
-                pending[actors[j].answer.remote(item)] = j
-                load[j] += 1
-
-            for _ in range(IN_FLIGHT):
-                for j in range(n):
-                    if todo:
-                        submit(j)
-            while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
-                for ref in done:
-                    j = pending.pop(ref)
-                    load[j] -= 1
-                    rec = ray.get(ref)
-                    if todo:
-                        submit(j)
-                    yield rec
-        finally:
-            for a in actors:
-                try:
-                    ray.kill(a)
-                except Exception:
-                    pass
-            if ours:
-                disconnect()
+        engines = settings.cluster.engines
+        yield from fan_out(where, settings, _AnswerActor, lambda j: (engine_settings(settings, j), retrieval_only), "answer",
+                           items, count=lambda: settings.cluster.embedders or max(1, len(alive_nodes()), len(engines)),
+                           retries=ANSWER_RETRIES, in_flight=IN_FLIGHT)
 
     return answer_many

@@ -42,49 +42,17 @@ def review_on_cluster(address: str | None) -> Callable:
     alive node (cluster.embedders, when set, is the count), and disconnects at the end."""
 
     def review_many(settings: Settings, checklist: str, item_ids: list[str], names: list[str]) -> Iterator:
-        import ray
-
-        from ragkit.cluster.connect import alive_nodes, connect, disconnect
+        from ragkit.cluster.actors import fan_out
+        from ragkit.cluster.connect import alive_nodes
         from ragkit.compare.review import ContractReview
         from ragkit.errors import ConfigError
 
         where = address or settings.cluster.address
         if not where:
             raise ConfigError("no Ray cluster to review on", hint="give --cluster ADDRESS or set cluster.address")
-        if not names:
-            return
-        ours = connect(where, settings.cluster.connect_timeout_s)
-        actors: list = []
-        try:
-            n = min(settings.cluster.embedders or max(1, len(alive_nodes())), len(names))
-            cls = ray.remote(_ReviewActor).options(max_restarts=REVIEW_RETRIES, max_task_retries=REVIEW_RETRIES,
-                                                   scheduling_strategy="SPREAD")
-            actors = [cls.remote(settings, checklist, item_ids) for _ in range(n)]
-            todo = list(reversed(names))
-            pending: dict = {}  # ref -> actor index
-
-            def submit(j: int) -> None:
-                pending[actors[j].review.remote(todo.pop())] = j
-
-            for _ in range(IN_FLIGHT):
-                for j in range(n):
-                    if todo:
-                        submit(j)
-            while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
-                for ref in done:
-                    j = pending.pop(ref)
-                    got = ray.get(ref)
-                    if todo:
-                        submit(j)
-                    yield ContractReview.from_json(got)
-        finally:
-            for a in actors:
-                try:
-                    ray.kill(a)
-                except Exception:
-                    pass
-            if ours:
-                disconnect()
+        for got in fan_out(where, settings, _ReviewActor, lambda j: (settings, checklist, item_ids), "review", names,
+                           count=lambda: settings.cluster.embedders or len(alive_nodes()),
+                           retries=REVIEW_RETRIES, in_flight=IN_FLIGHT):
+            yield ContractReview.from_json(got)
 
     return review_many

@@ -271,24 +271,17 @@ def load_checklist(name_or_path: str) -> tuple[str, list[ChecklistItem]]:
             raise ConfigError(f"checklist {p} is not valid: {exc}", hint=hint) from None
     if not items or len({i.id for i in items}) != len(items):
         raise ConfigError(f"checklist {p} needs at least one item and unique ids")
-    model = data.get("label_model")
-    if model is not None:
+    # the checklist's models (a registry name, or a folder relative to the TOML), set on each item
+    for key in ("label_model", "kind_model"):
+        model = data.get(key)
+        if model is None:
+            continue
         if not isinstance(model, str) or not model.strip():
-            raise ConfigError(f"checklist {p}: label_model must be a registry name or a folder")
+            raise ConfigError(f"checklist {p}: {key} must be a registry name or a folder")
         from ragkit.models import REGISTRY
 
         if model not in REGISTRY and not Path(model).expanduser().is_absolute():
             model = str((p.parent / model).resolve())
         for i in items:
-            i.label_model = model
-    kinds = data.get("kind_model")
-    if kinds is not None:
-        if not isinstance(kinds, str) or not kinds.strip():
-            raise ConfigError(f"checklist {p}: kind_model must be a registry name or a folder")
-        from ragkit.models import REGISTRY
-
-        if kinds not in REGISTRY and not Path(kinds).expanduser().is_absolute():
-            kinds = str((p.parent / kinds).resolve())
-        for i in items:
-            i.kind_model = kinds
+            setattr(i, key, model)
     return data.get("name", p.stem), items

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ragkit.compare.kinds import KindsModel
 
 # findings kept per item of a contract (the cell shows those over the floor; the metric reads
-# all): 3 / 5 / 8 on the CUAD tuning contracts of eval/bench_review.py, AUPR 0.145 / 0.152 /
+# all): 3 / 5 / 8 on the CUAD tuning contracts of eval/bench_review.py, AUPR 0.151 / 0.158 /
 # 0.168 by retrieval (the kinds model, 8 / 15 / 25: 0.344 / 0.345 / 0.351, for more cells to read)
 PER_ITEM = 8
 # a unit is shown in its clause when the clause's paragraph has at most this many words (a
@@ -247,7 +247,7 @@ def review_contract(doc: str, items: list[ChecklistItem], session: Session, *, p
 
     rec = resolve_docs(session.store.documents(), [doc])[0]
     t0 = time.perf_counter()
-    cr = ContractReview(doc=rec.name, doc_id=rec.doc_id, path=rec.path, pages=getattr(rec, "pages", None))
+    cr = ContractReview(doc=rec.name, doc_id=rec.doc_id, path=rec.path, pages=getattr(rec, "n_pages", None))
     known = set(kinds_model.kinds) if kinds_model is not None else set()
     by_kind = (kind_candidates(kinds_model, rec.doc_id, session, top=per_item * 4)
                if kinds_model is not None and any(i.id in known for i in items) else {})
