@@ -9,7 +9,8 @@ The package, by job: `checklist.py` (the items and their TOML), `quotes.py` (the
 chosen from the sources and its evidence), `item_label.py` (one item's label,
 `check_item`), `compare.py` (`compare`, the checklist over documents), `label_model.py`
 (the label model), `report.py` (findings, rows, Markdown and HTML), `docx.py` (the Word
-report). The quote rules, the words and the figure check are the evidence floor's
+report), `review.py` and `kinds.py` (a data room reviewed against a checklist, and the kinds
+model that reads each sentence's clause kind). The quote rules, the words and the figure check are the evidence floor's
 (ragkit.evidence), shared with `ask`; the public names scripts imported from
 `ragkit.compare` are still here.
 """

@@ -1,22 +1,24 @@
 """A review of many contracts against one checklist (a data room): for every contract and
-every item, the clauses that answer it, each with its page, section and the trained
-reranker's score, into one matrix a lawyer filters (ragkit.compare.review_sheet writes it).
+every item, the clauses that answer it, each with its page, section and score, into one
+matrix a lawyer filters (`write_review`: xlsx, CSV, JSON).
 
     from ragkit.compare.review import review
     rv = review(["a.pdf", "b.pdf"], session, "cuad")
     rv.contracts[0].findings["governing-law"][0].text
 
-Nothing is generated: the passages of the document are ranked for the item's question
-(`ragkit.retrieve.retrieve`, the document named), the cross-encoder scores each sentence or
-list item of its pool, and the best units, each in its clause, are the findings, best
-first. A kind the contract lacks still has near misses; the cell shows only findings whose
-score reaches the reranker's own `review` floor (its `reranker.json`, fitted on CUAD
-tuning contracts; eval/README.md "Data-room review"), and every finding is kept with its
-score, so a reader or a metric can set another threshold.
+Nothing is generated. A checklist with a kinds model (`kind_model`, ragkit.compare.kinds)
+has every sentence and list item of a contract read by it at once: each kind's best units,
+each in its clause, are its findings, scored by the model's logit (its probability shown). An
+item the model does not know is asked through retrieval (`ragkit.retrieve.retrieve`, the
+document named): the units the cross-encoder scored in its pool, by its score. A kind the
+contract lacks still has near misses: a cell shows only the findings whose logit reaches the
+kinds model's floor (fitted on CUAD tuning contracts: eval/README.md "Data-room review";
+`compare.review_floor`), and every finding is kept with its score in the findings sheet and
+the JSON, so a reader or a metric can set another threshold.
 
 Resumable: each contract's findings are appended to a JSONL file as it ends
 (`ReviewLog`), keyed by the document's content and what decides its findings (the
-checklist's items, the retrieval settings, the reranker); a second run reads them back and
+checklist's items, the retrieval settings, the models); a second run reads them back and
 reviews only the rest.
 """
 
@@ -146,8 +148,8 @@ def phrase(item: ChecklistItem, text: str) -> str | None:
 
 @dataclass
 class Candidate:
-    """A unit the reranker scored for an item: its score, the chunk it is in (text and
-    metadata), and its place among the chunk's units."""
+    """A unit scored for an item (by the kinds model or the cross-encoder): its score, the
+    chunk it is in (text and metadata), and its place among the chunk's units."""
 
     score: float
     chunk_text: str
@@ -178,7 +180,8 @@ def choose_findings(item: ChecklistItem, cands: list[Candidate], *, per_item: in
                     clause_words: int = CLAUSE_WORDS, by: str = "reranker", phrases: bool = True) -> list[Excerpt]:
     """The findings of an item from its scored units, best first (at most `per_item`): each
     unit in its clause (`ragkit.evidence.spans.excerpt`), one finding per clause (a clause's
-    best unit gives its score); for an item whose finding is a date, the date the unit states."""
+    best unit gives its score); for an item whose finding is a date or the contract's name, the
+    phrase the unit states (`phrase`), its clause kept beside it."""
     from ragkit.evidence.spans import excerpt, unit_spans
 
     out: list[Excerpt] = []
