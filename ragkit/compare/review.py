@@ -182,6 +182,7 @@ def choose_findings(item: ChecklistItem, cands: list[Candidate], *, per_item: in
     unit in its clause (`ragkit.evidence.spans.excerpt`), one finding per clause (a clause's
     best unit gives its score); for an item whose finding is a date or the contract's name, the
     phrase the unit states (`phrase`), its clause kept beside it."""
+    from ragkit.evidence.quotes import is_heading
     from ragkit.evidence.spans import excerpt, unit_spans
 
     out: list[Excerpt] = []
@@ -194,6 +195,9 @@ def choose_findings(item: ChecklistItem, cands: list[Candidate], *, per_item: in
         spans = spans_of[key]
         at = next((i for i, sp in enumerate(spans) if sp.index == c.index), None)
         text = (excerpt(c.chunk_text, spans, [at], clause_words) if at is not None else c.units[c.index]).strip()
+        if at is not None and at + 1 < len(spans) and is_heading(c.units[c.index]) and len(text.split()) <= 12:
+            # a clause heading alone ("5.6. Governing Law; Jurisdiction.") says where, not what: with its first sentence
+            text = excerpt(c.chunk_text, spans, [at, at + 1], clause_words).strip()
         said = phrase(item, c.units[c.index]) if phrases else None
         clause, text = (text, said) if said else (None, text)
         # one finding a clause: a unit whose clause an earlier (better) finding holds adds nothing
