@@ -63,6 +63,8 @@ def register(app: typer.Typer) -> None:
             fail(UsageError("review needs --out FILE (review.xlsx, .csv or .json), or --json"), as_json)
         if kind is not None and kind not in FORMATS:
             fail(UsageError(f"--format must be xlsx, csv or json (got {kind!r})"), as_json)
+        if out_file is not None and not out_file.resolve().parent.is_dir():  # said now, not after the first contract
+            fail(UsageError(f"cannot write {out_file}: its folder does not exist"), as_json)
         with command_errors(as_json, "interrupted: the contracts finished so far are in the review log; run again to go on"):
             from ragkit.compare.review import review as run_review
             from ragkit.compare.review import write_review
