@@ -116,7 +116,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default="cuad10,cuadkept")
     ap.add_argument("--half", choices=["tune", "held"], required=True)
-    ap.add_argument("--cache", type=Path, default=Path("/tmp/rank-final"))
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/ragkit-rank"))  # bench_ranking.py's: the CUAD store shared
     ap.add_argument("--out", type=Path, default=None, help="write the figures (JSON) here")
     ap.add_argument("--limit", type=int, default=0, help="at most N contracts a set (a quick look)")
     ap.add_argument("--tag", default="default", help="names the findings log (a variant's own)")

@@ -30,6 +30,14 @@ def _documents(targets: list[str], session, as_json: bool, on_event) -> tuple[li
         session.reopen_store()
         by_key = {r.key: r.name for r in session.store.documents()}
         names = [by_key[k] for k in sorted(keys) if k in by_key] + names
+    from ragkit.retrieve.search import UnknownDocument, resolve_docs
+
+    records = session.store.documents()
+    for n in names:
+        try:
+            resolve_docs(records, [n])
+        except UnknownDocument as exc:
+            raise UsageError(f"{n!r} is neither a file nor a document in the store", hint=exc.hint) from None
     if not names:
         raise UsageError("no document to review" + (f": every file failed ({len(failed)})" if failed else ""),
                          hint="give contract files, a folder of them, or names of documents in the store")
