@@ -59,7 +59,8 @@ class Sheet:
     number_format: str = "0.000"
 
 
-def _width(col: str, rows: list[dict]) -> float:
+def fitted_width(col: str, rows: list[dict]) -> float:
+    """A column as wide as its name or its longest value (of the first 500 rows), at most 30."""
     longest = max([len(str(r.get(col))) for r in rows[:500] if r.get(col) is not None] + [0])
     return min(max(len(col), longest) + 2, 30)
 
@@ -104,7 +105,7 @@ def write_workbook(path: Path, sheets: list[Sheet]) -> None:
                 if v is not None:
                     put(r, c, v)
         for c, name in enumerate(sh.columns, 1):
-            ws.column_dimensions[get_column_letter(c)].width = sh.widths.get(name) or _width(name, sh.rows)
+            ws.column_dimensions[get_column_letter(c)].width = sh.widths.get(name) or fitted_width(name, sh.rows)
         ws.freeze_panes = sh.freeze
         ws.auto_filter.ref = f"A1:{get_column_letter(max(1, len(sh.columns)))}{len(sh.rows) + 1}"
     wb.save(path)

@@ -25,11 +25,9 @@ class _ReviewActor:
         self.session = Session(settings)
         _, items = load_checklist(checklist)
         self.items = [i for i in items if i.id in set(item_ids)]
-        self.kinds = None
-        if self.items and self.items[0].kind_model:
-            from ragkit.compare.kinds import load_kinds_model
+        from ragkit.compare.review import kinds_model_for
 
-            self.kinds = load_kinds_model(self.items[0].kind_model, self.session)
+        self.kinds = kinds_model_for(self.items, self.session)
 
     def review(self, name: str):
         from ragkit.compare.review import review_contract

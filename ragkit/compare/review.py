@@ -271,17 +271,32 @@ def review_contract(doc: str, items: list[ChecklistItem], session: Session, *, p
 
 # ---------------------------------------------------------------------- many, resumable
 
+def kinds_model_for(items: list[ChecklistItem], session: Session) -> "KindsModel | None":
+    """The checklist's kinds model, loaded once for the review (None without one). An item it
+    does not know is asked through retrieval, so the reranker must be on for it; the
+    reranker is loaded only then."""
+    kinds_model = None
+    if items and items[0].kind_model:
+        from ragkit.compare.kinds import load_kinds_model
+
+        kinds_model = load_kinds_model(items[0].kind_model, session)
+    known = set(kinds_model.kinds) if kinds_model is not None else set()
+    if any(i.id not in known for i in items) and session.reranker is None:
+        raise ConfigError("a review ranks the clauses of a kind its checklist's kinds model does not know with the "
+                          "reranker, and none is set", hint="set retrieve.rerank_model (the default is legal-minilm-l12)")
+    return kinds_model
+
+
 def review_key(items: list[ChecklistItem], session: Session, kinds_model: "KindsModel | None" = None) -> str:
     """What decides a contract's findings besides its text: the items' ids and questions, the
-    retrieval settings, the embedder and the reranker (by name and, for a model file, its
-    sha256). A log written under another key is not read back."""
+    retrieval settings (the reranker's name among them), the embedder and the kinds model's
+    weights (their sha256). A log written under another key is not read back."""
+    from ragkit.models import sha256_file
+
     s = session.settings
-    rr = session.reranker
     parts = {"items": [(i.id, i.question) for i in items], "retrieve": s.retrieve.model_dump(mode="json"),
-             "embed": s.embed.model_dump(mode="json"), "reranker": getattr(rr, "name", type(rr).__name__),
-             "reranker_sha": getattr(rr, "model_sha256", None), "per_item": PER_ITEM, "clause_words": CLAUSE_WORDS,
-             "kinds": None if kinds_model is None else hashlib.sha256(
-                 (kinds_model.folder / "kinds.npz").read_bytes()).hexdigest()}
+             "embed": s.embed.model_dump(mode="json"), "per_item": PER_ITEM, "clause_words": CLAUSE_WORDS,
+             "kinds": None if kinds_model is None else sha256_file(kinds_model.folder / "kinds.npz")}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -344,18 +359,11 @@ def review(docs: list[str], session: Session | Settings, checklist: str = "cuad"
         missing = sorted(set(items) - {i.id for i in chosen})
         raise UsageError(f"unknown checklist item(s): {', '.join(missing)}")
     session = Session.of(session)
-    if session.reranker is None:
-        raise ConfigError("a review ranks each contract's clauses with the reranker, and none is set",
-                          hint="set retrieve.rerank_model (the default is legal-minilm-l12)")
     from ragkit.retrieve.search import resolve_docs
 
     records = resolve_docs(session.store.documents(), docs)
     t0 = time.perf_counter()
-    kinds_model = None
-    if chosen[0].kind_model:
-        from ragkit.compare.kinds import load_kinds_model
-
-        kinds_model = load_kinds_model(chosen[0].kind_model, session)
+    kinds_model = kinds_model_for(chosen, session)
     rv = Review(checklist=name, items=chosen, floor=review_floor(session, kinds_model))
     book = ReviewLog(log, review_key(chosen, session, kinds_model)) if log else None
     done = book.read() if book else {}

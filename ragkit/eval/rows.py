@@ -21,7 +21,7 @@ from pathlib import Path
 from ragkit.config import Settings
 from ragkit.errors import UsageError
 from ragkit.eval.sets import EvalItem
-from ragkit.sheets import FORMULA_START, XLSX_CELL_MAX, is_hostile, write_csv, xlsx_available  # noqa: F401  (re-exported)
+from ragkit.sheets import FORMULA_START, XLSX_CELL_MAX, fitted_width, is_hostile, write_csv, xlsx_available  # noqa: F401  (re-exported)
 
 ROWS_CSV, ROWS_XLSX = "rows.csv", "rows.xlsx"
 COMPARE_CSV, COMPARE_XLSX = "compare_rows.csv", "compare_rows.xlsx"
@@ -153,10 +153,7 @@ def build_rows(items: list[EvalItem], records: dict[str, dict], scored: list[dic
 
 def _width(col: str, rows: list[dict]) -> float:
     base = col.rsplit(" ", 1)[0]  # "answer A" is as wide as "answer"
-    if base in _LONG:
-        return _LONG[base]
-    longest = max([len(str(r.get(col))) for r in rows[:500] if r.get(col) is not None] + [0])
-    return min(max(len(col), longest) + 2, 30)
+    return _LONG[base] if base in _LONG else fitted_width(col, rows)
 
 
 def write_xlsx(path: Path, columns: list[str], rows: list[dict], title: str = "rows") -> None:

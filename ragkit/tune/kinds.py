@@ -19,8 +19,6 @@ Figures on contracts that trained nothing come from eval/bench_review.py, run th
 
 from __future__ import annotations
 
-import ast
-import csv
 import json
 import math
 import random
@@ -76,43 +74,32 @@ def held_out_names(files: list[Path]) -> set[str]:
 
 def labelled_units(master: Path, held: set[str]) -> tuple[list[str], list[tuple[str, str, set[str]]], int, int]:
     """(kinds, [(contract, unit, its kinds)], contracts read, contracts held out) from CUAD's
-    master_clauses.csv."""
+    master_clauses.csv, read as `ragkit tune reranker` reads it (ragkit.tune.reranker.read_cuad:
+    a query per contract and kind, CUAD's question for the kind, its excerpts)."""
     from ragkit.evidence.sentences import merge_short, split_units
+    from ragkit.tune.reranker import CUAD_QUESTIONS, read_cuad, safe_name
 
-    csv.field_size_limit(1 << 30)
-    try:
-        with open(master, encoding="utf-8", newline="") as f:
-            rows = list(csv.DictReader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise UsageError(f"cannot read {master}: {exc}") from None
-    if not rows or "txt_file" not in rows[0]:
-        raise UsageError(f"{master} is not CUAD's master_clauses.csv with a txt_file column")
-    columns = [c for c in rows[0] if c not in ("Filename", "txt_file") and not c.endswith("-Answer")]
-    kinds = [_slug(c) for c in columns]
+    questions = json.loads(CUAD_QUESTIONS.read_text(encoding="utf-8"))["questions"]
+    kinds = [_slug(c) for c in questions]
+    kind_of = {q: _slug(c) for c, q in questions.items()}
+    cuad = read_cuad(Path(master))
+    held_names = {safe_name(Path(h).stem) for h in held}
+    excerpts: dict[str, list[tuple[str, str]]] = {}
+    for q in cuad.queries:
+        excerpts.setdefault(q.doc, []).extend((kind_of[q.question], e) for e in q.spans)
     out: list[tuple[str, str, set[str]]] = []
     n = skipped = 0
-    for row in rows:
-        name = row["txt_file"]
-        if name in held:
+    for name, text in cuad.texts.items():
+        if name in held_names:
             skipped += 1
             continue
-        path = Path(master).parent / "txt" / name
-        if not path.is_file():
-            raise UsageError(f"{master}: {name} is not in {path.parent}")
-        text = path.read_text(encoding="utf-8", errors="replace")
         flat = _squash(text)
         spans: list[tuple[int, int, str]] = []
-        for col, kind in zip(columns, kinds):
-            cell = (row.get(col) or "").strip()
-            try:
-                excerpts = ast.literal_eval(cell) if cell else []
-            except (ValueError, SyntaxError):
-                raise UsageError(f"{master}: {name} {col}: not a list of excerpts") from None
-            for g in excerpts:
-                g = _squash(str(g))
-                at = flat.find(g) if g else -1
-                if at >= 0:
-                    spans.append((at, at + len(g), kind))
+        for kind, g in excerpts.get(name, []):
+            g = _squash(g)
+            at = flat.find(g) if g else -1
+            if at >= 0:
+                spans.append((at, at + len(g), kind))
         n += 1
         for para in re.split(r"\n\s*\n", text):
             for u in merge_short(split_units(para)):
