@@ -17,7 +17,7 @@ DEMO_QUESTION ?= How long do the confidentiality obligations survive after the a
 CNLI_DIR ?= ../shared/corpora/contractnli-dev/rendered
 CNLI_OUT ?= runs/contractnli-rendered8
 
-.PHONY: demo test test-all install install-ocr clean eval-contractnli legal-reranker legal-embedder nda-label cuad-kinds
+.PHONY: demo test test-all cluster-test install install-ocr clean eval-contractnli legal-reranker legal-embedder nda-label cuad-kinds
 
 install: $(STAMP)
 
@@ -38,7 +38,14 @@ test: $(STAMP)
 
 # The complete tier: every test but the `slow` kill -9 trials (`make test PYTEST_ARGS="-m slow"`).
 test-all: $(STAMP)
-	$(VENV)/bin/python -m pytest --durations=20 -m "not slow" $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest --durations=20 -m "not slow and not hosts" $(PYTEST_ARGS)
+
+# Ingest and batch eval across four hosts on this machine that share no files, loopback or
+# process table (network, mount, UTS and PID namespaces on a test network of their own:
+# tests/hosts.py), as root; every namespace and process it made is removed at the end, even
+# when a test fails (and by the next run, if this one was killed)
+cluster-test: $(STAMP)
+	$(VENV)/bin/python -m pytest --durations=10 -m hosts tests/test_hosts.py $(PYTEST_ARGS)
 
 # ContractNLI scoring of the NDA checklist: 8 dev NDAs (rendered PDFs) x 17 hypotheses,
 # labels and quotes as `ragkit compare` makes them; resumable; report in $(CNLI_OUT)

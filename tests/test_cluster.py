@@ -205,14 +205,14 @@ def test_parse_worker_and_embedders_killed_mid_ingest_lose_and_duplicate_nothing
         while not stop.is_set():
             for p in ray_cluster.processes():
                 try:
-                    busy = " ".join(p.cmdline()).startswith("ray::parse_one")
+                    busy = " ".join(p.cmdline()).startswith("ray::_parse_sent")
                 except psutil.Error:
                     continue
                 if not busy:
                     first_seen.pop(p.pid, None)
                 elif time.monotonic() - first_seen.setdefault(p.pid, time.monotonic()) > 2.0:
                     p.kill()
-                    killed.append("ray::parse_one")
+                    killed.append("ray::_parse_sent")
                     return
             time.sleep(0.1)
 
@@ -231,7 +231,7 @@ def test_parse_worker_and_embedders_killed_mid_ingest_lose_and_duplicate_nothing
     finally:
         stop.set()
         hunter.join(10)
-    assert "ray::parse_one" in killed and "ray::_EmbedActor" in killed, killed
+    assert "ray::_parse_sent" in killed and "ray::_EmbedActor" in killed, killed
     # the launcher's nodes run their workers at the driver's priority, not Ray's nice 15 (the
     # embedder beside a driver at 0 waited for its CPU: eval/README.md, "Ray's cost per file")
     assert nices and set(nices) == {0}, nices

@@ -67,8 +67,10 @@ def _ip_is_loopback(text: str) -> bool:
     return (mapped or ip).is_loopback
 
 
-def _check_sockaddr(family: str, body: str) -> tuple[str | None, str | None]:
-    """(why this socket address is not allowed, why it is not allowed if the call succeeds)."""
+def _check_sockaddr(family: str, body: str, network=None) -> tuple[str | None, str | None]:
+    """(why this socket address is not allowed, why it is not allowed if the call succeeds).
+    `network` (an ipaddress network): addresses in it are allowed beside loopback (the test
+    network of tests/test_hosts.py)."""
     if family in ("AF_NETLINK", "AF_UNSPEC"):  # kernel messages; AF_UNSPEC dissolves a UDP association
         return None, None
     if family == "AF_UNIX":
@@ -82,12 +84,25 @@ def _check_sockaddr(family: str, body: str) -> tuple[str | None, str | None]:
         if not addr or not port:
             return f"unparsed {family} address", None
         where = f"{addr.group(1)} port {port.group(1)}"
+        if network is not None and _in_network(addr.group(1), network):
+            if port.group(1) == "53":
+                return f"name lookup at {where}", None
+            return None, None
         if not _ip_is_loopback(addr.group(1)):
             return f"non-loopback {where}", None
         if port.group(1) == "53":
             return f"name lookup through the local resolver at {where}", None
         return None, None
     return f"socket family {family}", None
+
+
+def _in_network(text: str, network) -> bool:
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    ip = getattr(ip, "ipv4_mapped", None) or ip
+    return ip.version == network.version and ip in network
 
 
 def join_unfinished(trace: str) -> str:
@@ -112,9 +127,10 @@ def join_unfinished(trace: str) -> str:
     return "\n".join(x for x in out if x is not None)
 
 
-def offending_lines(trace: str) -> list[tuple[str, str]]:
+def offending_lines(trace: str, network=None) -> list[tuple[str, str]]:
     """(line, why) for every traced call in an `strace -f` log that reaches anything but
-    loopback, AF_UNIX or AF_NETLINK. Fails closed: an address it cannot read is flagged."""
+    loopback, AF_UNIX or AF_NETLINK (or an address of `network`, an ipaddress network, when
+    given). Fails closed: an address it cannot read is flagged."""
     bad = []
     pending: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (pid, call) -> flagged if it succeeds
     for line in trace.splitlines():
@@ -135,7 +151,7 @@ def offending_lines(trace: str) -> list[tuple[str, str]]:
         addrs = list(_SOCKADDR.finditer(args))
         ret = _RET.search(args)
         for a in addrs:
-            why, why_if_ok = _check_sockaddr(a.group("family"), a.group("body"))
+            why, why_if_ok = _check_sockaddr(a.group("family"), a.group("body"), network)
             if why:
                 bad.append((line, why))
             elif why_if_ok:
@@ -208,6 +224,13 @@ def test_the_parser_flags_what_leaves_the_machine_and_nothing_else():
     assert whys[remote[5]].startswith("name lookup") and whys[remote[6]].startswith("name service")
     assert whys[remote[7]].startswith("name service")  # its result came on the resumed line
     assert offending_lines("\n".join(local)) == []
+    # the test network of tests/test_hosts.py: its addresses pass, a lookup there or an address
+    # beside it does not
+    net = ipaddress.ip_network("10.1.2.0/24")
+    lookup = '4246  connect(3, {sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("10.1.2.9")}, 16) = 0'
+    beside = '4246  connect(3, {sa_family=AF_INET, sin_port=htons(80), sin_addr=inet_addr("10.1.3.3")}, 16) = 0'
+    assert sorted(line for line, _ in offending_lines("\n".join(remote + local + [lookup, beside]), net)) == sorted(
+        line for line in remote + [lookup, beside] if line != remote[3])
 
 
 # ---------------------------------------------------------------------- tracing

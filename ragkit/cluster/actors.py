@@ -14,7 +14,7 @@ def fan_out(where: str, settings, actor: type, args: Callable[[int], tuple], met
     (`in_flight` queued per actor) and yield each result as it ends."""
     import ray
 
-    from ragkit.cluster.connect import connect, disconnect
+    from ragkit.cluster.connect import connect, disconnect, placements
 
     if not items:
         return
@@ -22,8 +22,9 @@ def fan_out(where: str, settings, actor: type, args: Callable[[int], tuple], met
     actors: list = []
     try:
         n = min(max(1, count()), len(items))
-        cls = ray.remote(actor).options(max_restarts=retries, max_task_retries=retries, scheduling_strategy="SPREAD")
-        actors = [cls.remote(*args(j)) for j in range(n)]
+        cls = ray.remote(actor)  # one .options() call: Ray Client's actor class has no second one
+        actors = [cls.options(max_restarts=retries, max_task_retries=retries, scheduling_strategy=where).remote(*args(j))
+                  for j, where in enumerate(placements(n))]
         todo = list(reversed(items))
         pending: dict = {}  # ref -> actor index
 

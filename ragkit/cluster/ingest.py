@@ -1,8 +1,8 @@
 """`ingest --cluster`: the pipeline's ingest job with Ray doing the parsing and the embedding.
 
 What runs where:
-- Ray tasks (any node, one CPU each) run the pipeline's own per-file job,
-  `ragkit.ingest.pipeline.parse_one` (read, sections, token-bounded chunks), retried by
+- Ray tasks (any node, one CPU each) run the pipeline's own per-file job on the file's
+  bytes, `ragkit.ingest.pipeline.parse_bytes` (sections, token-bounded chunks), retried by
   Ray when the worker process or its node dies (`max_retries`);
 - Ray actors (spread over the nodes) each load the embedder once (`load_embedder`, the backend
   chosen as today) and embed batches of texts; an actor that dies is restarted and its
@@ -12,8 +12,9 @@ What runs where:
   actor, writes each document's chunks and then its record, in file order, and reports
   progress. Nothing on the cluster writes to the store.
 
-Files are read by path on the node that parses them: on more than one machine, the paths
-must name the same files there (a shared filesystem)."""
+Files are read by the driver and their bytes sent with the task (through Ray's object
+store): a node never opens the driver's paths, so the documents need exist only where the
+driver runs (tests/test_hosts.py runs it on hosts that share no filesystem)."""
 
 from __future__ import annotations
 
@@ -24,10 +25,23 @@ from typing import Callable
 
 from ragkit.config import Settings
 from ragkit.errors import ConfigError
-from ragkit.ingest.pipeline import IngestReport, error_reason, ingest, parse_one
+from ragkit.errors import DocumentError
+from ragkit.ingest.pipeline import IngestReport, error_reason, file_bytes, ingest, parse_bytes
 
 PARSE_RETRIES = 3  # Ray re-runs a parse whose worker died this many times
 EMBED_RETRIES = 3  # an embedder actor is restarted (and its batch re-sent) this many times
+
+
+def _here() -> str:
+    """This node's address, as the cluster knows it."""
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+def _parse_sent(name: str, data: bytes, settings: Settings) -> tuple:
+    """The Ray task: one file's bytes parsed on whichever node runs it, and that node."""
+    return parse_bytes(name, data, settings), _here()
 
 
 class _EmbedActor:
@@ -56,7 +70,7 @@ class _EmbedActor:
     def embed(self, texts: list[str]):
         import numpy as np
 
-        return np.asarray(self.embedder.embed_documents(texts), dtype=np.float32)
+        return np.asarray(self.embedder.embed_documents(texts), dtype=np.float32), _here()
 
 
 class ClusterEmbedder:
@@ -75,6 +89,7 @@ class ClusterEmbedder:
         self.actors: list = []
         self.started = 0  # actors started in this run
         self.batches = 0
+        self.embedded_on: dict[str, int] = {}  # node address -> texts embedded there
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         return self.local.count_tokens(texts)
@@ -87,11 +102,13 @@ class ClusterEmbedder:
 
         if self.actors:
             return self.actors
-        cls = ray.remote(_EmbedActor).options(
-            max_restarts=EMBED_RETRIES, max_task_retries=EMBED_RETRIES, scheduling_strategy="SPREAD",
-        )
+        from ragkit.cluster.connect import placements
+
+        cls = ray.remote(_EmbedActor)
         # the settings by value: a restarted actor needs its constructor's arguments again
-        self.actors = [cls.remote(self.settings) for _ in range(self.n_actors)]
+        # (one .options() call: Ray Client's actor class has no second one)
+        self.actors = [cls.options(max_restarts=EMBED_RETRIES, max_task_retries=EMBED_RETRIES, scheduling_strategy=where)
+                       .remote(self.settings) for where in placements(self.n_actors)]
         self.started = len(self.actors)
         want = (self.name, int(self.dim), self.variant, int(self.max_tokens))
         for have in ray.get([a.identity.remote() for a in self.actors]):
@@ -112,7 +129,9 @@ class ClusterEmbedder:
         # length-sorted batches (a batch pads to texts of its own length), dealt round robin
         order = sorted(range(len(texts)), key=self.count_tokens(texts).__getitem__)
         batches = [order[i : i + size] for i in range(0, len(order), size)]
-        refs = [actors[j % len(actors)].embed.remote([texts[i] for i in idx]) for j, idx in enumerate(batches)]
+        # dealt on from where the last call stopped: a file of one batch must not always go to
+        # the first actor (small files one at a time left every other node idle)
+        refs = [actors[(self.batches + j) % len(actors)].embed.remote([texts[i] for i in idx]) for j, idx in enumerate(batches)]
         self.batches += len(refs)
         out: list = [None] * len(texts)
         pending = dict(zip(refs, batches))
@@ -120,7 +139,9 @@ class ClusterEmbedder:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
                 idx = pending.pop(ref)
-                for i, v in zip(idx, ray.get(ref)):
+                vectors, node = ray.get(ref)
+                self.embedded_on[node] = self.embedded_on.get(node, 0) + len(idx)
+                for i, v in zip(idx, vectors):
                     out[i] = v.tolist()
                 if progress is not None:
                     progress(len(idx))
@@ -145,8 +166,10 @@ class RayParsers:
     def __init__(self, settings: Settings, on_done: Callable[[str, tuple], None], in_flight: int):
         import ray
 
-        self.task = ray.remote(parse_one).options(max_retries=PARSE_RETRIES, retry_exceptions=False)
+        self.task = ray.remote(_parse_sent).options(max_retries=PARSE_RETRIES, retry_exceptions=False)
+        self.settings = settings
         self.settings_ref = ray.put(settings)
+        self.parsed_on: dict[str, int] = {}  # node address -> files parsed there
         self.on_done = on_done
         self.in_flight = max(1, in_flight)
         self.todo: deque[str] = deque()
@@ -157,22 +180,36 @@ class RayParsers:
         self.todo.extend(paths)
         self._fill()
 
+    def _send(self, path: str):
+        """The file's parse task, its bytes sent with it (a file the driver cannot read fails
+        here, in the local parse's words, and is never sent)."""
+        import ray
+
+        try:
+            data = file_bytes(path, self.settings)
+        except DocumentError as exc:
+            return ray.put((("error", exc.reason), None))
+        return self.task.remote(Path(path).name, data, self.settings_ref)
+
     def _fill(self) -> None:
         while self.todo and len(self.refs) < self.in_flight:
             path = self.todo.popleft()
-            self.refs[path] = self.task.remote(path, self.settings_ref)
+            self.refs[path] = self._send(path)
 
     def _get(self, ref) -> tuple:
         import ray
         from ray.exceptions import RayError, RayTaskError
 
         try:
-            return ray.get(ref)
+            result, node = ray.get(ref)
         except RayTaskError as exc:  # parse_one turns every file's failure into ("error", ...): a bug here
             return ("error", error_reason(exc.cause if getattr(exc, "cause", None) else exc))
         except RayError as exc:
             return ("error", f"the parser's Ray worker died on this file {PARSE_RETRIES + 1} times "
                              f"({type(exc).__name__}); the other files went on")
+        if node is not None:
+            self.parsed_on[node] = self.parsed_on.get(node, 0) + 1
+        return result
 
     def drain(self) -> None:
         import ray
@@ -192,7 +229,7 @@ class RayParsers:
             self.todo.remove(path)
         ref = self.refs.get(path)
         if ref is None:  # asked again (the file changed since it was hashed): parse it again
-            ref = self.refs[path] = self.task.remote(path, self.settings_ref)
+            ref = self.refs[path] = self._send(path)
         self._fill()
         if path in self.landed:
             res = self.landed.pop(path)
@@ -219,9 +256,11 @@ class RayParsers:
 class _ParsersFactory:
     def __init__(self, in_flight: int):
         self.workers = in_flight
+        self.made: list[RayParsers] = []
 
     def __call__(self, settings: Settings, on_done):
-        return RayParsers(settings, on_done, self.workers)
+        self.made.append(RayParsers(settings, on_done, self.workers))
+        return self.made[-1]
 
 
 def ingest_on_cluster(
@@ -253,9 +292,10 @@ def ingest_on_cluster(
         cpus = int(sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)) or 1
         embedder = ClusterEmbedder(settings, load_embedder(settings), settings.cluster.embedders or max(1, len(nodes)))
         t0 = time.perf_counter()
+        parsers = _ParsersFactory(2 * cpus)
         try:
             report = ingest(paths, settings, prune=prune, wait_s=wait_s, on_event=on_event,
-                            embedder=embedder, parsers=_ParsersFactory(2 * cpus),
+                            embedder=embedder, parsers=parsers,
                             # the actors never wait on the driver's store writes, whatever ingest.lookahead says
                             lookahead=True if lookahead is None else lookahead)
         finally:
@@ -265,6 +305,11 @@ def ingest_on_cluster(
         report.timings["embed_actors"] = embedder.started
         report.timings["embed_batches"] = embedder.batches
         report.timings["cluster_wall_s"] = time.perf_counter() - t0
+        for pool in parsers.made:
+            for node, n in pool.parsed_on.items():
+                report.nodes.setdefault(node, {"parsed": 0, "embedded": 0})["parsed"] += n
+        for node, n in embedder.embedded_on.items():
+            report.nodes.setdefault(node, {"parsed": 0, "embedded": 0})["embedded"] += n
         return report
     finally:
         if ours:

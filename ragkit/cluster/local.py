@@ -188,15 +188,33 @@ def _wait_nodes(cluster: LocalCluster, n: int, timeout_s: float, temp_dir: Path)
         raise RuntimeError(f"the local Ray cluster did not reach {n} alive nodes: {_logs(temp_dir)}")
 
 
+# The node's own address, as its launcher was given it (`--node-ip-address`), for the Python
+# processes Ray starts for the node: they inherit the launcher's environment
+NODE_IP_ENV = "RAGKIT_RAY_NODE_IP"
+
+
+def _node_ip(argv: list[str]) -> str:
+    """The `--node-ip-address` among `ray start` options (127.0.0.1 when none is given)."""
+    for i, a in enumerate(argv):
+        if a.startswith("--node-ip-address="):
+            return a.split("=", 1)[1]
+        if a == "--node-ip-address" and i + 1 < len(argv):
+            return argv[i + 1]
+    return "127.0.0.1"
+
+
 def _loopback_only() -> None:
-    """In this process: Ray's address lookup answers 127.0.0.1 (instead of a UDP connect
-    towards 8.8.8.8), its cloud-provider probe (HTTP to 169.254.169.254 and
-    metadata.google.internal, which Ray's UsageStatsHead runs even with usage statistics
-    disabled) answers "unknown" without a request, and no usage report is posted."""
+    """In this process: Ray's address lookup answers the node's own address (the launcher's
+    `--node-ip-address`, 127.0.0.1 unless given; instead of a UDP connect towards 8.8.8.8,
+    which on a host with no default route fails and leaves Ray guessing), its cloud-provider
+    probe (HTTP to 169.254.169.254 and metadata.google.internal, which Ray's UsageStatsHead
+    runs even with usage statistics disabled) answers "unknown" without a request, and no
+    usage report is posted."""
     import ray._common.usage.usage_lib as usage_lib
     import ray._private.services as services
 
-    services.node_ip_address_from_perspective = lambda address=None: "127.0.0.1"
+    ip = os.environ.get(NODE_IP_ENV, "127.0.0.1")
+    services.node_ip_address_from_perspective = lambda address=None: ip
     try:
         import ray._common.network_utils as network_utils
 
@@ -242,6 +260,7 @@ def _node_main(argv: list[str]) -> None:
     (strace -f of the cluster caught both lookups: tests/test_cluster.py)."""
     import ray._private.services as services
 
+    os.environ[NODE_IP_ENV] = _node_ip(argv)
     _loopback_only()
     _client_server_through_shim()
     build = services._build_python_executable_command_memory_profileable

@@ -217,8 +217,9 @@ def prepare(opts: RunOptions) -> tuple[list[EvalItem], Settings]:
         if opts.limit < 1:
             raise UsageError("--limit must be at least 1")
         items = items[: opts.limit]
-    if not opts.corpus and opts.store is None:
-        raise UsageError("say where the documents are: --corpus DIR (ingested into RUN_DIR/store) or --store DIR")
+    if not opts.corpus and opts.store is None and not load_settings().store_url:
+        raise UsageError("say where the documents are: --corpus DIR (ingested into RUN_DIR/store), --store DIR, "
+                         "or a Chroma server (setting store_url)")
     if opts.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
     out = Path(opts.out)

@@ -40,6 +40,20 @@ def sniff(path: Path, head: bytes) -> str:
     return "text"
 
 
+def read_bytes(path: Path, n: int = -1) -> bytes:
+    """The first `n` bytes of a file (all with -1); what stops the read is the file's
+    DocumentError, in the words every reader uses."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except PermissionError:
+        raise DocumentError(str(path), "permission denied") from None
+    except FileNotFoundError:
+        raise DocumentError(str(path), "file vanished before it could be read") from None
+    except OSError as exc:
+        raise DocumentError(str(path), f"cannot read file: {exc.strerror or exc}") from None
+
+
 def load(
     path: Path,
     *,
@@ -55,15 +69,7 @@ def load(
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED:
         raise DocumentError(str(path), f"unsupported file type {suffix or '(none)'}; ragkit reads {', '.join(sorted(SUPPORTED))}")
-    try:
-        with open(path, "rb") as f:
-            head = f.read(2048)
-    except PermissionError:
-        raise DocumentError(str(path), "permission denied") from None
-    except FileNotFoundError:
-        raise DocumentError(str(path), "file vanished before it could be read") from None
-    except OSError as exc:
-        raise DocumentError(str(path), f"cannot read file: {exc.strerror or exc}") from None
+    head = read_bytes(path, 2048)
     if not head:
         raise DocumentError(str(path), "file is empty (0 bytes)")
     kind = sniff(path, head)

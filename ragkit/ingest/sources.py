@@ -104,14 +104,19 @@ def _hash_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def chunk_file(path: Path, settings: Settings, embedder: Embedder) -> tuple[list[Chunk], int, int | None]:
-    """Parse one file into chunks. Returns (chunks, n_sections, n_pages)."""
+def check_size(path: Path, settings: Settings) -> None:
+    """A file over `ingest.max_file_mb` is refused before it is read."""
     try:
         size = path.stat().st_size
     except OSError:
         size = 0
     if size > settings.ingest.max_file_mb * 1024 * 1024:
         raise DocumentError(str(path), f"file is {size / 1e6:.0f} MB, over the limit of {settings.ingest.max_file_mb} MB (setting ingest.max_file_mb)")
+
+
+def chunk_file(path: Path, settings: Settings, embedder: Embedder) -> tuple[list[Chunk], int, int | None]:
+    """Parse one file into chunks. Returns (chunks, n_sections, n_pages)."""
+    check_size(path, settings)
     blocks = load(
         path,
         pdf_engine=settings.ingest.pdf_engine,
