@@ -145,9 +145,12 @@ def net(tmp_path_factory):
         a, b, c, d = n.a, n.b, n.c, n.d
         n.start(d, "chroma", [str(Path(PY).parent / "chroma"), "run", "--path", "/tmp/chroma", "--host", d.address,
                               "--port", str(CHROMA_PORT)], ANONYMIZED_TELEMETRY="False")
-        n.start(d, "engine", [PY, "-m", "llama_cpp.server", "--model", str(model_path()), "--host", d.address,
-                              "--port", str(ENGINE_PORT), "--n_ctx", "2048", "--n_threads", "1", "--n_threads_batch", "1",
-                              "--logits_all", "false"])
+        # llama-cpp-python's OpenAI-compatible server (its app, settings from the environment),
+        # served by uvicorn on asyncio's loop: on uvloop, libuv's io_uring would carry sockets no
+        # strace sees (ragkit's own servers use asyncio's loop for that reason)
+        n.start(d, "engine", [PY, "-m", "uvicorn", "--factory", "llama_cpp.server.app:create_app", "--loop", "asyncio",
+                              "--host", d.address, "--port", str(ENGINE_PORT)],
+                MODEL=str(model_path()), N_CTX="2048", N_THREADS="1", N_THREADS_BATCH="1", LOGITS_ALL="false")
         node = [PY, "-m", "ragkit.cluster.local", "node", "--block", "--num-cpus=1", "--temp-dir=/tmp/ray",
                 "--disable-usage-stats", "--include-log-monitor=false"]
         n.start(c, "ray-head", node + ["--head", f"--node-ip-address={c.address}", f"--port={RAY_PORT}",

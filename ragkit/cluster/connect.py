@@ -16,6 +16,18 @@ RAY_OFFLINE_ENV = {
 }
 
 
+# A machine that vanishes (power, cable: no FIN or RST reaches the others) leaves every task
+# its workers ran hanging in its owner's gRPC call until gRPC's keepalive gives up: Ray's
+# default is 5 minutes of silence and then 2 more, and the node's death in the GCS (about a
+# minute) does not end the call. Measured across hosts (tests/test_hosts.py, docs/cluster.md):
+# a 20 s task on a node powered off was not retried in 240 s with the defaults, and was retried
+# and done 73 s after the power-off with these. Every node and every driver needs them: the
+# launcher (`python -m ragkit.cluster.local node`) and `connect` set them unless already set.
+RAY_KEEPALIVE_ENV = {
+    "RAY_grpc_client_keepalive_time_ms": "10000",
+    "RAY_grpc_client_keepalive_timeout_ms": "10000",
+}
+
 CLIENT_ATTEMPTS = 3  # connects to a ray:// address before its error is the user's
 
 _RESTORE: dict = {}  # Ray constants changed for a loopback cluster, put back on disconnect
@@ -59,6 +71,8 @@ def connect(address: str, timeout_s: float = 5.0) -> bool:
     (the caller disconnects), False when the process was already connected."""
     for k, v in RAY_OFFLINE_ENV.items():
         os.environ[k] = v
+    for k, v in RAY_KEEPALIVE_ENV.items():
+        os.environ.setdefault(k, v)
     import ray
 
     if ray.is_initialized():

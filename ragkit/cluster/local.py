@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ragkit.cluster.connect import RAY_OFFLINE_ENV
+from ragkit.cluster.connect import RAY_KEEPALIVE_ENV, RAY_OFFLINE_ENV
 
 WORKER_ENV = {"RAY_worker_niceness": "0"}
 
@@ -128,6 +128,8 @@ def start(temp_dir: Path, nodes: int = 2, cpus_per_node: int = 1, timeout_s: flo
     # then waits for the driver's CPU. This cluster's nodes share the driver's machine: workers
     # at the driver's priority (README "On a Ray cluster" says the same for `ray start`).
     env = dict(os.environ, **RAY_OFFLINE_ENV, **WORKER_ENV)
+    for k, v in RAY_KEEPALIVE_ENV.items():
+        env.setdefault(k, v)
     port = free_port()
     client_port = free_port()
     cluster = LocalCluster(address=f"127.0.0.1:{port}", temp_dir=temp_dir, client_address=f"ray://127.0.0.1:{client_port}")
@@ -261,6 +263,8 @@ def _node_main(argv: list[str]) -> None:
     import ray._private.services as services
 
     os.environ[NODE_IP_ENV] = _node_ip(argv)
+    for k, v in RAY_KEEPALIVE_ENV.items():  # inherited by every process Ray starts for the node
+        os.environ.setdefault(k, v)
     _loopback_only()
     _client_server_through_shim()
     build = services._build_python_executable_command_memory_profileable
