@@ -419,6 +419,9 @@ class Settings(BaseSettings):
     profile: str = "laptop"
     store: Path = Path(".ragkit")
     store_url: str | None = Field(None, description="Chroma server URL (http://host:port); None = embedded")
+    store_token: SecretStr | None = Field(
+        None, description="bearer token sent to the Chroma server at store_url (RAGKIT_STORE_TOKEN): `chroma run` checks "
+        "none itself, so a server other hosts can reach sits behind a proxy that does (docs/cluster.md)")
     collection: str = "ragkit"
     cache_dir: Path = Field(default_factory=lambda: Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ragkit")
     embed: EmbedSettings = EmbedSettings()

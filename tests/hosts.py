@@ -22,8 +22,11 @@ process's id) are removed by the next `Hosts()`."""
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 import re
+import secrets
 import shlex
 import signal
 import subprocess
@@ -93,7 +96,7 @@ def available() -> str | None:
     """Why separate hosts cannot be made here (None when they can)."""
     if os.geteuid() != 0:
         return "not root (network and mount namespaces need CAP_SYS_ADMIN / CAP_NET_ADMIN)"
-    for tool in ("ip", "nsenter", "unshare"):
+    for tool in ("ip", "nsenter", "unshare", "nginx"):
         if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode != 0:
             return f"{tool} is not installed"
     probe = f"{PREFIX}{os.getpid()}-probe"
@@ -274,5 +277,176 @@ class Hosts:
         return left
 
 
+# ---------------------------------------------------------------------- the services on the hosts
+
+PY = sys.executable
+RAGKIT = str(Path(PY).parent / "ragkit")
+RAY_PORT, CLIENT_PORT, CHROMA_PORT, ENGINE_PORT = 6379, 10001, 8000, 8080
+CHROMA_LOCAL_PORT = 8001  # `chroma run` on D's loopback; nginx on CHROMA_PORT checks the store token
+
+# nginx in front of `chroma run` (which checks no token itself): requests without the bearer
+# token are refused with 401 before they reach the store
+NGINX_CONF = """worker_processes 1;
+pid /tmp/nginx/nginx.pid;
+error_log /tmp/nginx/error.log;
+events {}
+http {
+    access_log /tmp/nginx/access.log;
+    client_body_temp_path /tmp/nginx/body;
+    proxy_temp_path /tmp/nginx/proxy;
+    fastcgi_temp_path /tmp/nginx/fastcgi;
+    uwsgi_temp_path /tmp/nginx/uwsgi;
+    scgi_temp_path /tmp/nginx/scgi;
+    client_max_body_size 0;
+    server {
+        listen %(address)s:%(port)d;
+        location / {
+            if ($http_authorization != "Bearer %(token)s") { return 401; }
+            proxy_pass http://127.0.0.1:%(local)d;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_read_timeout 600s;
+        }
+    }
+}
+"""
+
+
 def python() -> str:
-    return sys.executable
+    return PY
+
+
+class Net:
+    def __init__(self, hosts: Hosts, strace: list[str] | None):
+        self.hosts = hosts
+        self.strace = strace
+        self.token = secrets.token_hex(16)  # Ray's
+        self.store_token = secrets.token_hex(16)  # the Chroma server's proxy
+        self.procs: dict[str, object] = {}
+        self.traces: list[tuple[Host, str]] = []  # (host, trace path inside it)
+
+    def __getattr__(self, name):
+        if len(name) == 1:
+            return self.hosts[name]
+        raise AttributeError(name)
+
+    @property
+    def network(self):
+        return ipaddress.ip_network(self.hosts.network)
+
+    @property
+    def ray_env(self) -> dict:
+        # Ray's token authentication: a node or driver without the token is refused
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token, "RAY_USAGE_STATS_ENABLED": "0",
+                "RAY_worker_niceness": "0"}
+
+    def traced(self, host: Host, name: str, cmd: list[str]) -> list[str]:
+        if not self.strace:
+            return cmd
+        path = f"/tmp/trace/{name}.strace"
+        self.traces.append((host, path))
+        return [*self.strace, "-o", path, *cmd]
+
+    def start(self, host: Host, name: str, cmd: list[str], **env) -> None:
+        self.procs[name] = host.popen(self.traced(host, name, cmd), f"/tmp/{name}.log", env=host.env(**env))
+
+    def log(self, host: Host, name: str) -> str:
+        p = host.path(f"/tmp/{name}.log")
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    @property
+    def client(self) -> str:
+        return f"ray://{self.c.address}:{CLIENT_PORT}"
+
+    @property
+    def store_url(self) -> str:
+        return f"http://{self.d.address}:{CHROMA_PORT}"
+
+    def driver_env(self, host: Host, collection: str, **extra) -> dict:
+        """A driver's environment: the cluster's token, the store on D, without ragkit's
+        offline switches (ragkit must set them itself)."""
+        from ragkit._offline import OFFLINE_ENV
+
+        env = host.env(RAGKIT_STORE_URL=self.store_url, RAGKIT_STORE_TOKEN=self.store_token, RAGKIT_COLLECTION=collection,
+                       **self.ray_env, **extra)
+        return {k: v for k, v in env.items() if k not in OFFLINE_ENV}
+
+    def ragkit(self, host: Host, name: str, args: list[str], env: dict, timeout: float = 400):
+        return host.run(self.traced(host, name, [RAGKIT, *args]), env=env, timeout=timeout)
+
+
+def wait_for(what: str, ok, timeout: float, why=lambda: "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ok():
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"{what} not ready within {timeout:.0f} s: {why()[-3000:]}")
+
+
+_READY = """
+import json, sys, urllib.error, urllib.request
+for url in sys.argv[1:]:
+    try:
+        urllib.request.urlopen(url, timeout=2).read()
+    except urllib.error.HTTPError:
+        pass  # it answers (the store's proxy: 401 without the token)
+    except Exception as exc:
+        print(json.dumps({"url": url, "error": str(exc)})); sys.exit(1)
+"""
+
+# the alive nodes, through the head's Ray Client server (tried 3 times, as ragkit's connect
+# does: Ray's proxy fails to start a client's server now and then, docs/cluster.md)
+_NODES = """
+import json, ray
+for attempt in range(3):
+    try:
+        ray.init(address=%r, logging_level="ERROR")
+        break
+    except ConnectionAbortedError:
+        if attempt == 2:
+            raise
+print(json.dumps(sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])))
+"""
+
+
+
+
+def start_net(hosts: Hosts, strace: list[str] | None, engine_model: Path | None = None) -> Net:
+    """The services of tests/test_hosts.py on started hosts: on D a `chroma run` server and
+    (on its loopback) behind nginx, which asks for the store token, and (with `engine_model`)
+    llama-cpp-python's OpenAI-compatible server; on C the Ray head with
+    its Ray Client server; on B a Ray node joined to it; each under `strace` when given. Waits
+    until A reaches D's services and sees both Ray nodes."""
+    n = Net(hosts, strace)
+    for h in hosts.hosts.values():
+        h.path("/tmp/trace").mkdir()
+    a, b, c, d = n.a, n.b, n.c, n.d
+    n.start(d, "chroma", [str(Path(PY).parent / "chroma"), "run", "--path", "/tmp/chroma", "--host", "127.0.0.1",
+                          "--port", str(CHROMA_LOCAL_PORT)], ANONYMIZED_TELEMETRY="False")
+    conf = d.path("/tmp/nginx/nginx.conf")
+    conf.parent.mkdir()
+    conf.write_text(NGINX_CONF % {"address": d.address, "port": CHROMA_PORT, "token": n.store_token, "local": CHROMA_LOCAL_PORT})
+    n.start(d, "nginx", ["nginx", "-c", "/tmp/nginx/nginx.conf", "-g", "daemon off;"])
+    ready = [f"{n.store_url}/api/v2/heartbeat"]
+    if engine_model is not None:
+        # llama-cpp-python's OpenAI-compatible server (its app, settings from the environment),
+        # served by uvicorn on asyncio's loop: on uvloop, libuv's io_uring would carry sockets no
+        # strace sees (ragkit's own servers use asyncio's loop for that reason)
+        n.start(d, "engine", [PY, "-m", "uvicorn", "--factory", "llama_cpp.server.app:create_app", "--loop", "asyncio",
+                              "--host", d.address, "--port", str(ENGINE_PORT)],
+                MODEL=str(engine_model), N_CTX="2048", N_THREADS="1", N_THREADS_BATCH="1", LOGITS_ALL="false")
+        ready.append(f"http://{d.address}:{ENGINE_PORT}/v1/models")
+    node = [PY, "-m", "ragkit.cluster.local", "node", "--block", "--num-cpus=1", "--temp-dir=/tmp/ray",
+            "--disable-usage-stats", "--include-log-monitor=false"]
+    n.start(c, "ray-head", node + ["--head", f"--node-ip-address={c.address}", f"--port={RAY_PORT}",
+                                   "--include-dashboard=false", f"--ray-client-server-port={CLIENT_PORT}"], **n.ray_env)
+    wait_for("the Ray head", lambda: "Ray runtime started" in n.log(c, "ray-head"), 120, lambda: n.log(c, "ray-head"))
+    n.start(b, "ray-node", node + [f"--address={c.address}:{RAY_PORT}", f"--node-ip-address={b.address}"], **n.ray_env)
+    wait_for("the Ray node on B", lambda: "Ray runtime started" in n.log(b, "ray-node"), 120, lambda: n.log(b, "ray-node"))
+    wait_for("the services on D", lambda: a.run([PY, "-c", _READY, *ready], timeout=30).returncode == 0,
+             120, lambda: n.log(d, "chroma") + n.log(d, "nginx") + n.log(d, "engine"))
+    got = a.run([PY, "-c", _NODES % n.client], env=a.env(**n.ray_env), timeout=120)
+    if got.returncode != 0 or json.loads(got.stdout.splitlines()[-1]) != sorted([b.address, c.address]):
+        raise RuntimeError(f"A does not see the two Ray nodes: {got.stdout[-500:]} {got.stderr[-3000:]}")
+    return n

@@ -4,7 +4,8 @@ table (`make cluster-test`; needs root). tests/hosts.py makes four hosts on this
 - A: the driver (`ragkit ingest --cluster`, `ragkit eval run --cluster`), and the only host
   that holds the documents (in its own /tmp);
 - B: a Ray worker node; C: the Ray head (and a worker node), with its Ray Client server;
-- D: a `chroma run` server and an engine (`python -m llama_cpp.server`).
+- D: a `chroma run` server on its loopback behind nginx, which asks for the store's token
+  (`store_token`: `chroma run` checks none), and an engine (llama-cpp-python's server).
 
 The cluster uses Ray's token authentication (every process and the driver hold the token) and
 every long-running process, and each driver run, is under `strace -f` from its start: the last
@@ -15,113 +16,19 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import secrets
 import shutil
 import time
 from pathlib import Path
 
+import hosts as hostlib
 import psutil
 import pytest
-from conftest import CORPORA, make_settings, in_ci
-
-import hosts as hostlib
+from conftest import CORPORA, in_ci, make_settings
 
 pytestmark = pytest.mark.hosts
 
 BAD = "broken-scan.pdf"
-RAY_PORT, CLIENT_PORT, CHROMA_PORT, ENGINE_PORT = 6379, 10001, 8000, 8080
-PY = hostlib.python()
-RAGKIT = str(Path(PY).parent / "ragkit")
-
-
-class Net:
-    def __init__(self, hosts: hostlib.Hosts, strace: list[str] | None):
-        self.hosts = hosts
-        self.strace = strace
-        self.token = secrets.token_hex(16)
-        self.procs: dict[str, object] = {}
-        self.traces: list[tuple[hostlib.Host, str]] = []  # (host, trace path inside it)
-
-    def __getattr__(self, name):
-        if len(name) == 1:
-            return self.hosts[name]
-        raise AttributeError(name)
-
-    @property
-    def network(self):
-        return ipaddress.ip_network(self.hosts.network)
-
-    @property
-    def ray_env(self) -> dict:
-        # Ray's token authentication: a node or driver without the token is refused
-        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token, "RAY_USAGE_STATS_ENABLED": "0",
-                "RAY_worker_niceness": "0"}
-
-    def traced(self, host: hostlib.Host, name: str, cmd: list[str]) -> list[str]:
-        if not self.strace:
-            return cmd
-        path = f"/tmp/trace/{name}.strace"
-        self.traces.append((host, path))
-        return [*self.strace, "-o", path, *cmd]
-
-    def start(self, host: hostlib.Host, name: str, cmd: list[str], **env) -> None:
-        self.procs[name] = host.popen(self.traced(host, name, cmd), f"/tmp/{name}.log", env=host.env(**env))
-
-    def log(self, host: hostlib.Host, name: str) -> str:
-        p = host.path(f"/tmp/{name}.log")
-        return p.read_text(errors="replace") if p.exists() else ""
-
-    @property
-    def client(self) -> str:
-        return f"ray://{self.c.address}:{CLIENT_PORT}"
-
-    @property
-    def store_url(self) -> str:
-        return f"http://{self.d.address}:{CHROMA_PORT}"
-
-    def driver_env(self, host: hostlib.Host, collection: str, **extra) -> dict:
-        """A driver's environment: the cluster's token, the store on D, without ragkit's
-        offline switches (ragkit must set them itself)."""
-        from test_network import OFFLINE_ENV
-
-        env = host.env(RAGKIT_STORE_URL=self.store_url, RAGKIT_COLLECTION=collection, **self.ray_env, **extra)
-        return {k: v for k, v in env.items() if k not in OFFLINE_ENV}
-
-    def ragkit(self, host: hostlib.Host, name: str, args: list[str], env: dict, timeout: float = 400):
-        return host.run(self.traced(host, name, [RAGKIT, *args]), env=env, timeout=timeout)
-
-
-def _wait(what: str, ok, timeout: float, why=lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if ok():
-            return
-        time.sleep(0.5)
-    pytest.fail(f"{what} not ready within {timeout:.0f} s: {why()[-3000:]}")
-
-
-_READY = """
-import json, sys, urllib.request
-for url in sys.argv[1:]:
-    try:
-        urllib.request.urlopen(url, timeout=2).read()
-    except Exception as exc:
-        print(json.dumps({"url": url, "error": str(exc)})); sys.exit(1)
-"""
-
-# the alive nodes, through the head's Ray Client server (tried 3 times, as ragkit's connect
-# does: Ray's proxy fails to start a client's server now and then, docs/cluster.md)
-_NODES = """
-import json, ray
-for attempt in range(3):
-    try:
-        ray.init(address=%r, logging_level="ERROR")
-        break
-    except ConnectionAbortedError:
-        if attempt == 2:
-            raise
-print(json.dumps(sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])))
-"""
+PY, RAGKIT, ENGINE_PORT = hostlib.PY, hostlib.RAGKIT, hostlib.ENGINE_PORT
 
 
 @pytest.fixture(scope="module")
@@ -138,31 +45,8 @@ def net(tmp_path_factory):
     if strace is None and in_ci():
         pytest.fail("strace cannot trace here: the OS-level network check must run in CI")
     hosts = hostlib.Hosts().start()
-    n = Net(hosts, strace[:-2] if strace else None)
     try:
-        for h in hosts.hosts.values():
-            h.path("/tmp/trace").mkdir()
-        a, b, c, d = n.a, n.b, n.c, n.d
-        n.start(d, "chroma", [str(Path(PY).parent / "chroma"), "run", "--path", "/tmp/chroma", "--host", d.address,
-                              "--port", str(CHROMA_PORT)], ANONYMIZED_TELEMETRY="False")
-        # llama-cpp-python's OpenAI-compatible server (its app, settings from the environment),
-        # served by uvicorn on asyncio's loop: on uvloop, libuv's io_uring would carry sockets no
-        # strace sees (ragkit's own servers use asyncio's loop for that reason)
-        n.start(d, "engine", [PY, "-m", "uvicorn", "--factory", "llama_cpp.server.app:create_app", "--loop", "asyncio",
-                              "--host", d.address, "--port", str(ENGINE_PORT)],
-                MODEL=str(model_path()), N_CTX="2048", N_THREADS="1", N_THREADS_BATCH="1", LOGITS_ALL="false")
-        node = [PY, "-m", "ragkit.cluster.local", "node", "--block", "--num-cpus=1", "--temp-dir=/tmp/ray",
-                "--disable-usage-stats", "--include-log-monitor=false"]
-        n.start(c, "ray-head", node + ["--head", f"--node-ip-address={c.address}", f"--port={RAY_PORT}",
-                                       "--include-dashboard=false", f"--ray-client-server-port={CLIENT_PORT}"], **n.ray_env)
-        _wait("the Ray head", lambda: "Ray runtime started" in n.log(c, "ray-head"), 120, lambda: n.log(c, "ray-head"))
-        n.start(b, "ray-node", node + [f"--address={c.address}:{RAY_PORT}", f"--node-ip-address={b.address}"], **n.ray_env)
-        _wait("the Ray node on B", lambda: "Ray runtime started" in n.log(b, "ray-node"), 120, lambda: n.log(b, "ray-node"))
-        ready = [f"{n.store_url}/api/v2/heartbeat", f"http://{d.address}:{ENGINE_PORT}/v1/models"]
-        _wait("the Chroma server and the engine on D", lambda: a.run([PY, "-c", _READY, *ready], timeout=30).returncode == 0,
-              120, lambda: n.log(d, "chroma") + n.log(d, "engine"))
-        got = a.run([PY, "-c", _NODES % n.client], env=a.env(**n.ray_env), timeout=120)
-        assert got.returncode == 0 and json.loads(got.stdout.splitlines()[-1]) == sorted([b.address, c.address]), got.stderr[-3000:]
+        n = hostlib.start_net(hosts, strace[:-2] if strace else None, engine_model=model_path())
         yield n
     finally:
         left = hosts.close()
@@ -203,7 +87,7 @@ from pathlib import Path
 from ragkit.config import load_settings
 from ragkit.embed import load_embedder
 from ragkit.store import open_store
-settings = load_settings(store=Path("/tmp/unused"), store_url=sys.argv[1], collection=sys.argv[2])
+settings = load_settings(store=Path("/tmp/unused"), store_url=sys.argv[1], collection=sys.argv[2], store_token=sys.argv[3])
 st = open_store(settings, load_embedder(settings), create=False)
 got = st.col.get(include=["metadatas", "embeddings", "documents"])
 print(json.dumps({
@@ -213,13 +97,13 @@ print(json.dumps({
 """
 
 
-def assert_store_on_d_equals(net: Net, collection: str, ref: dict) -> None:
+def assert_store_on_d_equals(net: hostlib.Net, collection: str, ref: dict) -> None:
     """The collection on D, read from A, against the local reference: same records, chunk ids,
     texts, metadata, each chunk once; vectors within cosine 1e-3."""
     import numpy as np
     from test_cluster import assert_same_store
 
-    got = net.a.run([PY, "-c", _SNAPSHOT, net.store_url, collection], env=net.a.env(), timeout=120)
+    got = net.a.run([PY, "-c", _SNAPSHOT, net.store_url, collection, net.store_token], env=net.a.env(), timeout=120)
     assert got.returncode == 0, got.stderr[-3000:]
     s = json.loads(got.stdout.splitlines()[-1])
     snap = {"docs": [tuple(x) for x in s["docs"]], "chunk_ids": sorted(s["ids"]), "duplicates": len(s["ids"]) - len(set(s["ids"])),
@@ -241,6 +125,12 @@ def test_a_document_only_on_host_a_is_parsed_and_embedded_on_b_and_c_and_lands_o
     assert sum(w["parsed"] for w in got["nodes"].values()) == ref_report.added + 1  # the broken file too
     assert sum(w["embedded"] for w in got["nodes"].values()) == got["chunks_embedded"] == ref_report.chunks_embedded
     assert_store_on_d_equals(net, "hosts", ref)
+
+    # the store answers no one without its token (its proxy refuses; `chroma run` itself listens on D's loopback only)
+    env.pop("RAGKIT_STORE_TOKEN")
+    res = net.ragkit(net.a, "docs-without-token", ["docs", "--json"], env)
+    said = json.loads(res.stdout)
+    assert res.returncode == 4 and "401" in said["error"] and "set store_token" in said["error"], said
 
 
 def test_the_evaluation_is_answered_on_b_and_c_through_the_engine_on_d_and_comes_back_to_a(net, docs_on_a):
@@ -281,7 +171,8 @@ _LEASE_HOLDER = """
 import json, sys, chromadb
 from chromadb.config import Settings
 host, port = sys.argv[1].rsplit("//", 1)[1].split(":")
-client = chromadb.HttpClient(host=host, port=int(port), settings=Settings(anonymized_telemetry=False))
+client = chromadb.HttpClient(host=host, port=int(port), headers={"Authorization": "Bearer " + sys.argv[3]},
+                             settings=Settings(anonymized_telemetry=False))
 try:
     got = client.get_collection(sys.argv[2] + "-lock").get(ids=["writer"], include=["metadatas"])
 except Exception:
@@ -296,10 +187,10 @@ def test_a_second_driver_on_another_host_is_refused_by_the_store_lease(net, docs
                         "/tmp/lease-first.log", env=env)
     try:
         def held() -> bool:
-            out = net.c.run([PY, "-c", _LEASE_HOLDER, net.store_url, "hosts-lease"], env=net.c.env(), timeout=60)
+            out = net.c.run([PY, "-c", _LEASE_HOLDER, net.store_url, "hosts-lease", net.store_token], env=net.c.env(), timeout=60)
             return out.returncode == 0 and out.stdout.strip() not in ("", "null")
 
-        _wait("A's lease on the store", held, 180, lambda: net.log(net.a, "lease-first"))
+        hostlib.wait_for("A's lease on the store", held, 180, lambda: net.log(net.a, "lease-first"))
         mine = net.c.path("/tmp/mine")
         mine.mkdir()
         shutil.copy(CORPORA / "ai-osi-stack-mutual-nda.md", mine)

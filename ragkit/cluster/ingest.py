@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from ragkit.config import Settings
-from ragkit.errors import ConfigError
-from ragkit.errors import DocumentError
+from ragkit.errors import ConfigError, DocumentError
 from ragkit.ingest.pipeline import IngestReport, error_reason, file_bytes, ingest, parse_bytes
 
 PARSE_RETRIES = 3  # Ray re-runs a parse whose worker died this many times

@@ -51,7 +51,7 @@ class ChromaStore:
     SIDECAR_SEARCH_MAX = 20000
 
     def __init__(self, path: Path, *, url: str | None, collection: str, embedder_name: str, dim: int, create: bool,
-                 cache_dir: Path | None = None):
+                 cache_dir: Path | None = None, token: str | None = None):
         import chromadb
         from chromadb.config import Settings as ChromaSettings
 
@@ -62,7 +62,7 @@ class ChromaStore:
         chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
         try:
             if url:
-                self.client = self.connect(url)
+                self.client = self.connect(url, token)
             else:
                 if not create and not (path / "chroma").exists():
                     raise StoreError(f"no ragkit store at {path}", hint="run `ragkit ingest PATH` first, or pass --store")
@@ -109,8 +109,9 @@ class ChromaStore:
         self.guard: Callable[[], None] | None = None
 
     @staticmethod
-    def connect(url: str):
-        """A client for the Chroma server at `url` ("http://host:port", or "host:port")."""
+    def connect(url: str, token: str | None = None):
+        """A client for the Chroma server at `url` ("http://host:port", or "host:port"), sending
+        `token` as a bearer token on every request when given (setting store_token)."""
         from urllib.parse import urlparse
 
         import chromadb
@@ -124,11 +125,24 @@ class ChromaStore:
                 host=u.hostname or "127.0.0.1",
                 port=u.port or (443 if u.scheme == "https" else 8000),
                 ssl=u.scheme == "https",
+                headers={"Authorization": f"Bearer {token}"} if token else None,
                 settings=ChromaSettings(anonymized_telemetry=False, allow_reset=False),
             )
             client.heartbeat()
-        except Exception as exc:  # connection refused, TLS...
-            raise StoreError(f"cannot open the Chroma store at {url}: {str(exc).splitlines()[0][:200]}") from None
+            client.list_collections(limit=1)  # a proxy may answer the heartbeat without the token
+        except Exception as exc:  # connection refused, TLS, a token refused ...
+            import re
+
+            text = str(exc).strip()
+            first = (text.splitlines() or [type(exc).__name__])[0][:200]
+            # a proxy's refusal comes back as its page ("<html>...<title>401 Authorization Required")
+            code = re.search(r"\b(401|403)\b", text)
+            refused = code is not None
+            if refused:
+                first = f"the server refused the request ({code.group(1)} {'Unauthorized' if code.group(1) == '401' else 'Forbidden'})"
+            raise StoreError(f"cannot open the Chroma store at {url}: {first}",
+                             hint=("the server asks for a token: set store_token (RAGKIT_STORE_TOKEN)" if refused and not token
+                                   else "check store_token (RAGKIT_STORE_TOKEN)" if refused else None)) from None
         return client
 
     def _check_identity(self, have: dict, want: dict) -> None:
@@ -521,4 +535,11 @@ def open_store(settings, embedder, *, create: bool) -> ChromaStore:
         dim=embedder.dim,
         create=create,
         cache_dir=settings.cache_dir,
+        token=store_token(settings),
     )
+
+
+def store_token(settings) -> str | None:
+    """The bearer token for the Chroma server, if one is set."""
+    tok = getattr(settings, "store_token", None)
+    return tok.get_secret_value() if tok is not None else None

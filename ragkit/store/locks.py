@@ -206,9 +206,9 @@ class StoreWriter:
         self.local.__enter__()
         if self.settings.store_url:
             try:
-                from ragkit.store.chroma import ChromaStore
+                from ragkit.store.chroma import ChromaStore, store_token
 
-                client = ChromaStore.connect(self.settings.store_url)
+                client = ChromaStore.connect(self.settings.store_url, store_token(self.settings))
                 self.lease = ServerLease(client, self.settings.collection, wait_s=self.wait_s).__enter__()
             except BaseException:
                 self.local.__exit__(None, None, None)
