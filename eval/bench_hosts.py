@@ -1,7 +1,7 @@
 """Ingest across separate hosts against the same ingest on one host (prints figures; not a
 test; root, like `make cluster-test`).
 
-    .venv/bin/python eval/bench_hosts.py [--docs DIR] [--repeat 2] [--json]
+    .venv/bin/python eval/bench_hosts.py [--docs DIR] [--repeat 2] [--embedders N] [--json]
 
 The hosts of tests/hosts.py (network, mount, UTS and PID namespaces on a test network of their
 own, all on this machine's cores): A holds the documents and runs the driver, B and C are Ray
@@ -47,11 +47,12 @@ def link_bytes(h: hostlib.Hosts) -> dict[str, dict[str, int]]:
     return out
 
 
-def run(net: hostlib.Net, collection: str, cluster: bool) -> dict:
+def run(net: hostlib.Net, collection: str, cluster: bool, embedders: int = 0) -> dict:
     before = link_bytes(net.hosts)
     args = ["ingest", "/tmp/docs", "--json"] + (["--cluster", net.client] if cluster else [])
+    extra = {"RAGKIT_CLUSTER__EMBEDDERS": str(embedders)} if cluster and embedders else {}
     t0 = time.perf_counter()
-    res = net.a.run([hostlib.RAGKIT, *args], env=net.driver_env(net.a, collection), timeout=3600)
+    res = net.a.run([hostlib.RAGKIT, *args], env=net.driver_env(net.a, collection, **extra), timeout=3600)
     wall = time.perf_counter() - t0
     if res.returncode not in (0, 1):
         raise SystemExit(f"ingest failed ({res.returncode}): {res.stderr[-3000:]}")
@@ -65,6 +66,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=Path, default=ROOT.parent / "shared" / "corpora" / "sec-10q-docugami" / "docs")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--embedders", type=int, default=0,
+                    help="embedder actors on the cluster (cluster.embedders; 0: one per node). On one machine's two cores "
+                         "two actors of two threads each contend for them, which a cluster of real machines does not")
     ap.add_argument("--json", action="store_true")
     opts = ap.parse_args()
     why = hostlib.available()
@@ -81,7 +85,7 @@ def main() -> None:
         rows = []
         for i in range(opts.repeat):
             one = run(net, f"one-host-{i}", cluster=False)
-            across = run(net, f"across-{i}", cluster=True)
+            across = run(net, f"across-{i}", cluster=True, embedders=opts.embedders)
             rows.append({"one_host": one, "across": across})
             print(f"repeat {i + 1}: one host {one['wall_s']:.1f} s, across hosts {across['wall_s']:.1f} s", file=sys.stderr)
     finally:
@@ -92,6 +96,7 @@ def main() -> None:
     per_file = {side: {host: {k: statistics.median(r[side]["bytes"][host][k] for r in rows) / n for k in ("sent", "received")}
                        for host in "abcd"} for side in ("one_host", "across")}
     out = {
+        "embedders": opts.embedders or "one per node",
         "files": n, "pages": pages, "bytes_of_files": sum(p.stat().st_size for p in files),
         "one_host_wall_s": [round(r["one_host"]["wall_s"], 2) for r in rows],
         "across_wall_s": [round(r["across"]["wall_s"], 2) for r in rows],

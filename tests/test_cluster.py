@@ -147,24 +147,6 @@ def test_cluster_ingest_equals_a_local_ingest_and_stays_on_loopback(ray_cluster,
     assert listening and all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, ip in listening), listening
 
 
-@pytest.mark.complete
-def test_cluster_ingest_through_a_ray_client_address(ray_cluster, batch, reference, tmp_path):
-    """`--cluster ray://HOST:PORT`: a driver outside the cluster, every Ray call through the
-    head's Ray Client server (its own process, traced with the rest: the last test checks its
-    connections too). The store equals the local ingest, the bad file is named."""
-    from ragkit.cluster import ingest_on_cluster
-
-    _, ref_report, ref = reference
-    settings = make_settings(tmp_path / "s")
-    assert ray_cluster.client_address.startswith("ray://127.0.0.1:")
-    report = ingest_on_cluster([batch], settings, ray_cluster.client_address)
-    assert [(Path(f["path"]).name, f["error"]) for f in report.failed] == [(Path(f["path"]).name, f["error"])
-                                                                            for f in ref_report.failed]
-    assert report.added == ref_report.added and report.chunks_embedded == ref_report.chunks_embedded
-    assert report.timings["cluster_nodes"] == 2 and report.timings["embed_actors"] == 2
-    assert_same_store(snapshot(settings), ref)
-
-
 @pytest.fixture(scope="module")
 def slow_batch(tmp_path_factory):
     """Two NDAs and a scanned page (tesseract reads it: a parse of several seconds, long
