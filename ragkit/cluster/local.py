@@ -6,8 +6,11 @@ export and every port on 127.0.0.1.
 Why a launcher (`python -m ragkit.cluster.local node ...`) and not `ray start` itself: Ray
 swaps a node address of 127.0.0.1 for the machine's outward address ("so other machines can
 reach it") and then binds its servers there. The launcher makes Ray's own address lookup
-answer 127.0.0.1, so the GCS, the raylets, the object managers and the agents listen on
-loopback only (checked with `ss -ltnp`)."""
+answer the node's `--node-ip-address` (127.0.0.1 unless given), so on loopback the GCS, the
+raylets, the object managers and the agents listen on loopback only (checked with `ss -ltnp`),
+and on a host of several (tests/hosts.py) on that host's own address. It also sets Ray's gRPC
+keepalive for every process of the node (`connect.RAY_KEEPALIVE_ENV`: a node that vanishes
+must not hang its tasks' owners)."""
 
 from __future__ import annotations
 
