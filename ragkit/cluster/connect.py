@@ -109,7 +109,8 @@ def connect(address: str, timeout_s: float = 5.0) -> bool:
                     ray.shutdown()
                 continue
             raise ConfigError(f"cannot connect to the Ray cluster at {address}: {first}",
-                              hint="check setting cluster.address (--cluster)") from None
+                              hint="check setting cluster.address (--cluster); a cluster with token authentication "
+                              "needs its token here too (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN)") from None
     return True
 
 
