@@ -312,10 +312,6 @@ http {
 """
 
 
-def python() -> str:
-    return PY
-
-
 class Net:
     def __init__(self, hosts: Hosts, strace: list[str] | None):
         self.hosts = hosts

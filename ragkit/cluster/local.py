@@ -130,9 +130,7 @@ def start(temp_dir: Path, nodes: int = 2, cpus_per_node: int = 1, timeout_s: flo
     # machine that also runs the driver (its store writes, Chroma's threads), the embedder actor
     # then waits for the driver's CPU. This cluster's nodes share the driver's machine: workers
     # at the driver's priority (README "On a Ray cluster" says the same for `ray start`).
-    env = dict(os.environ, **RAY_OFFLINE_ENV, **WORKER_ENV)
-    for k, v in RAY_KEEPALIVE_ENV.items():
-        env.setdefault(k, v)
+    env = dict(os.environ, **RAY_OFFLINE_ENV, **WORKER_ENV)  # the launcher adds RAY_KEEPALIVE_ENV (_node_main)
     port = free_port()
     client_port = free_port()
     cluster = LocalCluster(address=f"127.0.0.1:{port}", temp_dir=temp_dir, client_address=f"ray://127.0.0.1:{client_port}")

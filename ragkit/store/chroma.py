@@ -11,6 +11,7 @@ Two collections:
 from __future__ import annotations
 
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -131,8 +132,6 @@ class ChromaStore:
             client.heartbeat()
             client.list_collections(limit=1)  # a proxy may answer the heartbeat without the token
         except Exception as exc:  # connection refused, TLS, a token refused ...
-            import re
-
             text = str(exc).strip()
             first = (text.splitlines() or [type(exc).__name__])[0][:200]
             # a proxy's refusal comes back as its page ("<html>...<title>401 Authorization Required")
@@ -541,5 +540,4 @@ def open_store(settings, embedder, *, create: bool) -> ChromaStore:
 
 def store_token(settings) -> str | None:
     """The bearer token for the Chroma server, if one is set."""
-    tok = getattr(settings, "store_token", None)
-    return tok.get_secret_value() if tok is not None else None
+    return settings.store_token.get_secret_value() if settings.store_token is not None else None
