@@ -106,6 +106,8 @@ RERANK_UNITS_DEFAULT = True
 # the table lane (retrieve.rerank_tables): 8 chosen on the SEC tuning half (4 / 8 / 16 / 60 tables: figure's page in the
 # prompt 0.912 / 0.941 / 0.941 / 0.941, 0.912 without), held-out half 0.927 -> 0.951 (eval/README.md "Reranker")
 RERANK_TABLES_DEFAULT = 8
+# the statement lane (retrieve.statements): see eval/README.md "The statement lane"
+STATEMENTS_DEFAULT = 2
 PACK_MARGIN_DEFAULT = 2.0
 WHOLE_MAX_TOKENS_DEFAULT: int | None = None
 PACK_PER_CHUNK_DEFAULT = 2
@@ -164,6 +166,10 @@ class RetrieveSettings(BaseModel):
     rerank_table_floor: Floor = Field(
         "model", description="the table lane's best table joins the prompt only when its cross-encoder score is at least "
         "this logit ('model': the reranker's own floor; 'off' = always)")
+    statements: int = Field(STATEMENTS_DEFAULT, ge=0, description="named filings: a question that names a primary "
+                            "financial statement, or a figure only a statement gives (capex, working capital, revenue), "
+                            "gets the best table chunk of up to this many such statements beside top_k "
+                            "(ragkit/retrieve/statements.py); 0 = none")
     rerank_budget_s: float = Field(0.0, ge=0, description="stop scoring further batches of 16 after this many seconds "
                                    "(the best-ranked candidates are scored first); 0 = no time bound")
     rerank_abstain_below: Floor = Field(

@@ -505,8 +505,8 @@ def test_the_statement_table_gets_a_place_in_the_prompt_through_the_table_lane(a
     prompt beside the top_k sources."""
     q = "How did Apple's operating expenses for Q1 2023 compare to its revenue for the same quarter?"
     doc = "2023 Q1 AAPL.pdf"
-    r_on, on = _ranked(aapl_store, q, doc)
-    r_off, off = _ranked(aapl_store, q, doc, rerank_tables=0)
+    r_on, on = _ranked(aapl_store, q, doc, statements=0)  # the table lane alone (the statement lane: the test below)
+    r_off, off = _ranked(aapl_store, q, doc, rerank_tables=0, statements=0)
     statement = [c for c in on if "Total operating expenses" in c.text and "14,316" in c.text]
     assert statement and statement[0].page_start == 4, [(c.page_start, c.text[:60]) for c in on]
     assert not any("14,316" in c.text for c in off)
@@ -517,10 +517,29 @@ def test_the_statement_table_gets_a_place_in_the_prompt_through_the_table_lane(a
     # the floor: a table that reads as off the question spends no tokens
     best = r_on.rerank.scores[statement[0].chunk_id]
     assert best >= r_on.rerank.floor("model", "table") == -1.0  # the reranker's own floor
-    _, high = _ranked(aapl_store, q, doc, rerank_table_floor=best + 0.01)
+    _, high = _ranked(aapl_store, q, doc, rerank_table_floor=best + 0.01, statements=0)
     assert not any("14,316" in c.text for c in high) and len(high) == len(off)
     # the not_found floor's evidence is the pool's best, the same with and without the lane
     assert r_on.rerank.best == r_off.rerank.best == max(r_off.rerank.scores.values())
+
+
+def test_a_question_about_a_statements_figure_gets_the_statement_through_the_statement_lane(aapl_store):
+    """The statement lane (retrieve.statements, ragkit/retrieve/statements.py): the question
+    names revenue, a figure of the income statement, so Apple's condensed consolidated
+    statement of operations (page 4, a section under its title) takes the place of the
+    lowest-scored source, with its part that holds the rows the question names; without the
+    lane (and the table lane, whose floor keeps it out: the xfail above) no source holds
+    the total operating expenses."""
+    q = "How did Apple's operating expenses for Q1 2023 compare to its revenue for the same quarter?"
+    doc = "2023 Q1 AAPL.pdf"
+    _, on = _ranked(aapl_store, q, doc)
+    _, off = _ranked(aapl_store, q, doc, statements=0)
+    statement = [c for c in on if "| Total operating expenses | 14,316 |" in c.text]
+    assert statement, [(c.page_start, c.section, c.text[:60]) for c in on]
+    assert statement[0].page_start == 4 and statement[0].section.upper().endswith("STATEMENTS OF OPERATIONS (UNAUDITED)")
+    assert not any("14,316" in c.text for c in off)
+    assert len(on) == len(off)  # in place of a source, not beside them: the prompt's count of sources is the same
+    assert {c.chunk_id for c in off} - {c.chunk_id for c in on} == {min(off, key=lambda c: c.score).chunk_id}
 
 
 def test_a_table_in_the_lane_does_not_lift_a_question_over_the_not_found_floor(aapl_store, monkeypatch):
