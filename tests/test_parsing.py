@@ -200,6 +200,14 @@ def test_a_financial_statement_is_a_section_under_its_title():
     ("Condensed Consolidated Statements of Operations (Unaudited)", True), ("Notes to Consolidated Financial Statements", True),
     ("Consolidated Balance Sheets F-4", False), ("Consolidated Statements of Cash Flows 73", False),
     ("Notes to Consolidated Financial Statements (continued)", False),
-    ("Consolidated Statements of Income for the years ended December 31, 2022 were", False)])
+    ("Consolidated Statements of Income for the years ended December 31, 2022 were", False),
+    # a bank's sentence case: after the company's name, or with the statement's status
+    ("JPMorgan Chase & Co. Consolidated statements of income (unaudited)", True),
+    ("Consolidated balance sheets (unaudited)", True),
+    ("Consolidated statements of changes in stockholders’ equity (unaudited)", True),
+    ("Consolidated statements of income", False),  # a note's caption: stays in its note
+    ("Consolidated statements of income for the years ended", False),  # a wrapped line of prose
+    ("Refer to the Consolidated balance sheets", False),
+    ("JPMorgan Chase & Co. Consolidated statements of income (continued)", False)])
 def test_statement_titles_open_a_section_but_contents_lines_and_repeats_do_not(line, heading):
     assert (heading_level(line) is not None) is heading

@@ -122,3 +122,27 @@ def test_a_long_filings_statements_are_found_and_the_rows_asked_for_chosen():
     assert cash.section.endswith("Consolidated Statements of Cash Flows") and len(cash.tables) > 3
     (best,) = lane.chosen(q, [cash], reranker)
     assert "| Purchases of land, buildings, and equipment | (460.8) |" in best.text
+
+
+def test_a_banks_statements_in_sentence_case_are_found():
+    """JPMorgan's 2021 Q1 10-Q (financebench-dev, 1,094 chunks): its statements are titled in
+    sentence case after the company's name ("JPMorgan Chase & Co. Consolidated statements of
+    income (unaudited)"); each is a section, so the lane finds the income statement for a
+    question about net revenue, and a note's caption "Consolidated statements of income" (Note
+    9) stays inside its note."""
+    if not FILINGS.exists():
+        pytest.skip(f"the shared corpora are not at {SHARED} (set RAGKIT_SHARED_CORPORA)")
+    from ragkit.ingest.loaders import load
+    from ragkit.ingest.sections import build_sections
+
+    sections = build_sections(load(FILINGS / "JPMORGAN_2021Q1_10Q.pdf"))
+    whole = [Hit(id=f"s{i}.{j}", text=b.text, score=0.0,
+                 meta={"doc_id": "jpm", "section": " > ".join(s.path), "kind": b.kind, "page_start": b.page})
+             for i, s in enumerate(sections) for j, b in enumerate(s.blocks)]
+    q = "What was JPMorgan's total net revenue in the first quarter of 2021?"
+    (income,) = lane.statements(whole, lane.asked(q))
+    assert income.section.endswith("> Consolidated statements of income (unaudited)"), income.section
+    assert any("Total net revenue" in h.text for h in income.tables)
+    assert all("Note 9" not in h.meta["section"] for h in income.tables)
+    note9 = [s for s in sections if s.path and s.path[-1].startswith("Note 9 ")]
+    assert note9 and any("Consolidated statements of income" in b.text for s in note9 for b in s.blocks)

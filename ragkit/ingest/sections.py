@@ -25,8 +25,20 @@ _NOTE = re.compile(r"^(NOTE|Note)\s+\d{1,2}\s*[–—:.-]\s*\S")
 # ("Notes to Consolidated Financial Statements"). Nothing may follow (a contents line ends in
 # its page, "F-4" or "73"), so the statement's tables are cited, and searched, under its name;
 # a page's "(continued)" repeat is text (a heading there would nest under the note it interrupts).
+# A bank's style too: the company's name before a title in sentence case, "JPMorgan Chase & Co.
+# Consolidated statements of income (unaudited)" (the name must end as a company's does, so
+# "Refer to the Consolidated balance sheets" stays prose), or without the name, followed by its
+# status in brackets ("Consolidated balance sheets (unaudited)"): a note's caption "Consolidated
+# statements of income" stays text, in its note. In sentence case only a statement's own words
+# may follow, so a wrapped line "Consolidated statements of income for the years ended" stays prose.
+_SENTENCE_CASE = (
+    r"(?:Condensed\s+)?(?:Consolidated|Combined)\s+(?:statements?\s+of\s+(?:(?:income|operations|earnings|"
+    r"comprehensive|\(?loss\)?|\(?income\)?|cash|flows|changes|in|and|of|(?:stock|share)holders[’']?|members[’']?|"
+    r"partners[’']?|equity|deficit|capital|financial|position|condition|net|assets)\s*){1,8}?|balance\s+sheets?)")
 _STATEMENT = re.compile(
     r"^(?:(?:CONDENSED\s+)?(?:CONSOLIDATED|COMBINED)\s+(?:STATEMENTS?\s+OF\s+[A-Z][A-Z ,’'/&()-]{3,60}?|BALANCE\s+SHEETS?)"
+    r"|[A-Z][\w.&,’' -]{0,50}?\b(?:Co|Inc|Corp|Corporation|Company|Ltd|plc|LLC|N\.A)\.?\s+" + _SENTENCE_CASE
+    + r"|" + _SENTENCE_CASE + r"(?=\s*\((?![Cc]ontinued)[^()]{0,60}\)\s*$)"
     r"|(?:Condensed\s+)?(?:Consolidated|Combined)\s+(?:Statements?\s+of\s+(?:(?:[A-Z][\w’'/&()-]*|and|of|in)\s*){1,8}?"
     r"|Balance\s+Sheets?)"
     r"|(?:NOTES\s+TO\s+(?:THE\s+)?(?:CONDENSED\s+)?CONSOLIDATED\s+FINANCIAL\s+STATEMENTS"

@@ -19,7 +19,9 @@ from ragkit.ingest.sections import build_sections, chunk_sections
 # docx2: every text a reader sees, tracked changes, notes and comments (ragkit/ingest/docx.py)
 # pdf2: a table's headers carried onto its parts (a statement run onto the next page, or broken by
 # label lines) and "$ —" read as a cell (ragkit/ingest/tables.py); contents pages open no section
-READER_VERSIONS = {".docx": "docx2", ".pdf": "pdf2"}
+# pdf3: a statement's title in sentence case after the company's name, or with its status in
+# brackets ("JPMorgan Chase & Co. Consolidated statements of income (unaudited)"), opens its section
+READER_VERSIONS = {".docx": "docx2", ".pdf": "pdf3"}
 
 
 def doc_id_for(sha256: str, chunking: str = "", suffix: str = "") -> str:
