@@ -49,6 +49,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -71,7 +72,47 @@ SETS = {
     # set files themselves (ragkit.eval.sets.financebench_split), the one split every tool reads
     "financebench": {"set": ROOT / "eval/sets/financebench-dev.jsonl", "within": 2000,
                      "halves": (ROOT / "eval/sets/financebench-dev-tune.jsonl", ROOT / "eval/sets/financebench-dev-held.jsonl")},
+    # 20 CUAD training contracts no model read (the review's one split, sets/cuad-review-split.json:
+    # 10 tuning, 10 held out), asked as `cuad` asks, their gold clauses from master_clauses.csv
+    # (`--make-cuadkept` writes the set files)
+    "cuadkept": {"set": ROOT / "eval/sets/cuad-kept.jsonl", "within": 2000,
+                 "halves": (ROOT / "eval/sets/cuad-kept-tune.jsonl", ROOT / "eval/sets/cuad-kept-held.jsonl")},
 }
+
+
+def make_cuadkept() -> None:
+    """Write sets/cuad-kept{,-tune,-held}.jsonl: one item a (contract, category) with gold
+    clauses, for the 20 kept cuad-train contracts of the review's split, worded as
+    ragkit.eval.sets.convert_cuad words cuad-10's (ragkit/tune/cuad_questions.json). Items
+    with no gold clause are left out (retrieval is scored on the gold clause)."""
+    import ast
+    import csv
+
+    from ragkit.eval.sets import EvalItem, write_set
+
+    split = json.loads((ROOT / "eval/sets/cuad-review-split.json").read_text())["cuadkept"]
+    questions = json.loads((ROOT / "ragkit/tune/cuad_questions.json").read_text())["questions"]
+    csv.field_size_limit(1 << 30)
+    halves: dict[str, list] = {"tune": [], "held": []}
+    with open(SHARED / "cuad-train" / "master_clauses.csv", encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f):
+            name = row["txt_file"]
+            half = next((h for h in ("tune", "held") if name in split[h]), None)
+            if half is None:
+                continue
+            for col, question in questions.items():
+                cell = (row.get(col) or "").strip()
+                clauses = [c.strip() for c in ast.literal_eval(cell) if c.strip()] if cell else []
+                if not clauses:
+                    continue
+                slug = re.sub(r"[^a-z0-9]+", "-", f"{Path(name).stem[:40]}-{col}".lower()).strip("-")
+                halves[half].append(EvalItem(id=f"cuadkept-{slug}", question=question, doc=name, answers=clauses,
+                                             evidence=clauses[0], evidence_all=clauses if len(clauses) > 1 else [],
+                                             tags=[f"category:{col}"]))
+    for half, items in halves.items():
+        write_set(items, ROOT / f"eval/sets/cuad-kept-{half}.jsonl")
+    write_set(halves["tune"] + halves["held"], ROOT / "eval/sets/cuad-kept.jsonl")
+    log(f"cuad-kept: {len(halves['tune'])} tuning items, {len(halves['held'])} held out")
 
 # retrieve settings per method; "baseline" is the ranking before issue 14, "default" the
 # shipped settings
@@ -132,6 +173,9 @@ def corpus_for(name: str, cache: Path) -> list[Path]:
         return [SHARED / "cuad-10/pdf"]
     if name == "financebench":
         return [SHARED / "financebench-dev/pdfs"]
+    if name == "cuadkept":
+        split = json.loads((ROOT / "eval/sets/cuad-review-split.json").read_text())["cuadkept"]
+        return [SHARED / "cuad-train/txt" / n for n in split["tune"] + split["held"]]
     raise SystemExit(f"unknown set {name!r}; choose from {', '.join(SETS)}")
 
 
@@ -216,7 +260,7 @@ def items_for(name: str, limit: int | None = None):
     items = load_set(SETS[name]["set"])
     if name == "sec":
         items = [i for i in items if i.doc]  # single-document questions
-    if name == "cuad":
+    if name in ("cuad", "cuadkept"):
         items = [i for i in items if i.evidence]
     items = items[SKIP:]
     return items[:limit] if limit else items
@@ -978,7 +1022,11 @@ def main() -> None:
     ap.add_argument("--half", choices=("tune", "held"), default=None,
                     help="only the documents of one seeded half (--seed): held = those that chose no setting")
     ap.add_argument("--nf-max-refused", type=float, default=0.01, help="--not-found: answerable share the floor may refuse (tuning half)")
+    ap.add_argument("--make-cuadkept", action="store_true", help="write the cuadkept set files (sets/cuad-kept*.jsonl) and stop")
     args = ap.parse_args()
+    if args.make_cuadkept:
+        make_cuadkept()
+        return
     global SKIP, EMBED_MODEL, SEEDED_SPLIT, UNCACHED, GRID_MODEL
     GRID_MODEL = args.grid_model
     EMBED_MODEL = args.embed_model
