@@ -168,7 +168,7 @@ class RetrieveSettings(BaseModel):
         "this logit ('model': the reranker's own floor; 'off' = always)")
     statements: int = Field(STATEMENTS_DEFAULT, ge=0, description="named filings: a question that names a primary "
                             "financial statement, or a figure only a statement gives (capex, working capital, revenue), "
-                            "gets the best table chunk of up to this many such statements beside top_k "
+                            "gets the best table chunk of up to this many such statements, each in place of the lowest-scored source "
                             "(ragkit/retrieve/statements.py); 0 = none")
     rerank_budget_s: float = Field(0.0, ge=0, description="stop scoring further batches of 16 after this many seconds "
                                    "(the best-ranked candidates are scored first); 0 = no time bound")

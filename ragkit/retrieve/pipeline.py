@@ -144,7 +144,8 @@ def _pack(builder: PromptBuilder, question: str, cands: list[Hit], whole: list[H
           selected: list[DocRecord], rs, *, named: bool, rerank: "RerankInfo | None", extra: dict,
           statements: list[Hit] | None = None) -> Prompt:
     """The ranked candidates packed into the prompt: at most `retrieve.top_k` sources (each
-    of several named documents represented), the table lane's table beside them. `rs`:
+    of several named documents represented), the table lane's table beside them, the
+    statement lane's `statements` in place of the lowest-scored of them. `rs`:
     the retrieve settings; `extra`: the conversation context and its reserve."""
     several = named and len(selected) > 1
     asked = question

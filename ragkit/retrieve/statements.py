@@ -7,8 +7,8 @@ Why a lane of its own: a 10-K of 100-500 pages holds 600-2,000 chunks, more than
 sentence ranking reads (`retrieve.unit_pool_max`), so its first stage is the hybrid top
 `candidates`; a statement table is mostly figures and row labels, and prose that names
 the same metric (MD&A, the notes, risk factors) outranks it there. On financebench-dev's
-tuning half the statement a question named was outside the first stage's top 10 for 4 of
-15 questions (eval/README.md "The statement lane"). Ingest makes each statement a section
+tuning half 7 of 15 gold pages missed the prompt, 5 of them a statement the question named or
+needed (eval/README.md "The statement lane"). Ingest makes each statement a section
 under its own title (`ragkit.ingest.sections`), so the lane reads the statement by that
 title, whatever the search ranked.
 
