@@ -115,10 +115,9 @@ def _linear_weights_bf16(model) -> None:
 def _malloc_trim():
     """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
     import ctypes
-    import ctypes.util
 
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        return ctypes.CDLL(None).malloc_trim  # the process's own C library (no ldconfig lookup)
     except (OSError, AttributeError):
         return None
 
@@ -174,7 +173,7 @@ class SentenceTransformerEmbedder(FolderModel):
         at the same speed (embed 36.4-39.5 s either way, 2026-12-07, docs/benchmarks.md "Long
         filings"). No library does this for torch on CPU; glibc only (elsewhere a no-op)."""
         if self._trim is False:
-            self._trim = _malloc_trim()  # looked up once (find_library reads ldconfig's cache)
+            self._trim = _malloc_trim()  # looked up once
         if self._trim is not None:
             self._trim(0)
 
