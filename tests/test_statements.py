@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import SHARED
 
+from ragkit.evidence.words import content_words
 from ragkit.retrieve import statements as lane
 from ragkit.store import Hit
 
@@ -79,7 +80,7 @@ def test_the_rows_a_question_names_choose_the_statements_part():
     liabilities = _hit(1, "s", text="| | 2020 |\n|---|---|\n| Total current liabilities | 4 |")
     equity = _hit(2, "s", text="| | 2020 |\n|---|---|\n| Total equity | 3 |\n| Total | 7 |")
     # "Total assets" is named too ("assets"); "Total equity" is not, and "Total" alone names nothing
-    assert [lane.rows_named(q, h) for h in (assets, liabilities, equity)] == [2, 1, 0]
+    assert [lane.rows_named(content_words(q), h) for h in (assets, liabilities, equity)] == [2, 1, 0]
     st = lane.Statement("balance", "d", "s", [equity, assets, liabilities])
     assert [h.id for h in lane.chosen(q, [st])] == ["c0"]  # the most rows named; ties by document order
     assert [h.id for h in lane.chosen(q, [st], per=2)] == ["c0", "c1"]

@@ -256,6 +256,20 @@ _TABLE_ROW = re.compile(r"^\s*\|(.*)\|\s*$")
 _RULE = re.compile(r":?-{3,}:?")
 
 
+def table_rows(text: str) -> list[list[str]]:
+    """The rows of the Markdown tables in `text`, each a list of its cells (stripped), the
+    header rows included and the |---| rules left out: what reads a table by its row labels
+    (a row's first cell) and column headings."""
+    rows = []
+    for line in text.splitlines():
+        m = _TABLE_ROW.match(line)
+        if m:
+            cells = [p.strip() for p in m.group(1).split("|")]
+            if not all(_RULE.fullmatch(c) or not c for c in cells):
+                rows.append(cells)
+    return rows
+
+
 def table_cells(text: str) -> list[Cell]:
     """The numeric cells of the Markdown tables in `text` (ingest writes a table as a header
     row, a |---| rule and its rows), each named by its row's first cell and its column's

@@ -11,7 +11,9 @@ the store, the lexical index or the prompt budget on its own.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ragkit.config import Settings
@@ -78,7 +80,8 @@ def retrieve(question: str, session: "Session | Settings", docs: list[str] | Non
     notes: dict = {}
     cands = rank_stages(searched, qvec, cands, whole, embedder, session.settings, reranker=reranker, notes=notes)
     rinfo = notes.get("rerank")
-    lane = _statement_lane(question, whole, reranker if rs.rerank_pool > 0 else None, rs.statements)
+    # the statement lane runs only where its tables can go (a prompt of retrieved sources)
+    lane = partial(_statement_lane, question, whole, reranker if rs.rerank_pool > 0 else None, rs.statements)
     t1 = time.perf_counter()
     builder = PromptBuilder(generator if generator is not None else session.tokenizer,
                             n_ctx=session.settings.generator.n_ctx, max_tokens=session.settings.generator.max_tokens)
@@ -142,10 +145,11 @@ def _similarity_gate(session: "Session", store, embedder, qvec, selected: list[D
 
 def _pack(builder: PromptBuilder, question: str, cands: list[Hit], whole: list[Hit] | None,
           selected: list[DocRecord], rs, *, named: bool, rerank: "RerankInfo | None", extra: dict,
-          statements: list[Hit] | None = None) -> Prompt:
+          statements: Callable[[], list[Hit]] | None = None) -> Prompt:
     """The ranked candidates packed into the prompt: at most `retrieve.top_k` sources (each
     of several named documents represented), the table lane's table beside them, the
-    statement lane's `statements` in place of the lowest-scored of them. `rs`:
+    statement lane's tables (`statements()`, called only for a prompt of retrieved sources) in
+    place of the lowest-scored of them. `rs`:
     the retrieve settings; `extra`: the conversation context and its reserve."""
     several = named and len(selected) > 1
     asked = question
@@ -171,8 +175,9 @@ def _pack(builder: PromptBuilder, question: str, cands: list[Hit], whole: list[H
                         **extra)
     if prompt.mode == "retrieved" and rerank is not None and rerank.tables:
         prompt = _with_table(builder, asked, prompt, cands, rerank, rerank.floor(rs.rerank_table_floor, "table"), doc_order, extra)
-    if prompt.mode == "retrieved" and statements:
-        prompt = _with_statements(builder, asked, prompt, statements, doc_order, extra)
+    tables = statements() if prompt.mode == "retrieved" and statements is not None else []
+    if tables:
+        prompt = _with_statements(builder, asked, prompt, tables, doc_order, extra)
     if several:
         _check_every_doc(prompt, selected)
     elif not named and rs.per_document == "together" and len({c.doc_id for c in prompt.contexts}) > 1:

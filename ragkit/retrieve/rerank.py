@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from ragkit.evidence.figures import table_rows
 from ragkit.rerankers import Reranker
 from ragkit.retrieve.rank import _leaf
 from ragkit.store import Hit
@@ -88,8 +89,7 @@ def table_digest(h: Hit) -> str:
     labels ("Total net sales", "Three Months Ended July 1, 2023") are what it is about, and
     the digest is one short pair where the rows would be dozens."""
     leaf = _leaf(h.meta.get("section"))
-    rows = [ln.strip().strip("|").split("|") for ln in h.text.splitlines() if ln.strip().startswith("|")]
-    rows = [[c.strip() for c in r] for r in rows if not set("".join(r)) <= set("-: ")]
+    rows = table_rows(h.text)
     if not rows:
         return passage_text(h)
     heads = " ".join(c for c in rows[0] if c)

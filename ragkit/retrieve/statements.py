@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ragkit.evidence.words import content_words
 from ragkit.store import Hit
 
 # a primary statement's section title (the leaf of its section path), lower-cased
@@ -114,18 +115,15 @@ def statements(whole: list[Hit], kinds: list[str]) -> list[Statement]:
     return sorted(found.values(), key=lambda s: kinds.index(s.kind))
 
 
-def rows_named(question: str, table: Hit) -> int:
+def rows_named(asked_words: set[str], table: Hit) -> int:
     """How many of a table chunk's row labels the question names: each of a label's content
-    words ("Total current assets") is a word of the question ("total current assets divided
-    by ..."); "total" alone names no row."""
-    from ragkit.evidence.words import content_words
+    words ("Total current assets") is one of the question's content words `asked_words`
+    ("total current assets divided by ..."); "total" alone names no row."""
+    from ragkit.evidence.figures import table_rows
 
-    asked_words = content_words(question)
     n = 0
-    for line in table.text.splitlines():
-        cells = line.strip().strip("|").split("|")
-        label = cells[0].strip() if line.strip().startswith("|") and cells else ""
-        words = content_words(label) - {"total"}
+    for row in table_rows(table.text):
+        words = content_words(row[0]) - {"total"} if row else set()
         n += bool(words) and words <= asked_words
     return n
 
@@ -137,10 +135,11 @@ def chosen(question: str, found: list[Statement], reranker=None, per: int = 1) -
     (`ragkit.retrieve.rerank.table_digest`: a question that says "capital expenditures" names
     no row "Purchases of land, buildings, and equipment"), else the statement's first."""
     out: list[Hit] = []
+    asked_words = content_words(question)
     for st in found:
         tables = st.tables
         if len(tables) > per:
-            named = [rows_named(question, h) for h in tables]
+            named = [rows_named(asked_words, h) for h in tables]
             ce = [0.0] * len(tables)
             if reranker is not None:
                 from ragkit.retrieve.rerank import table_digest
