@@ -36,7 +36,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest --durations=20 $(PYTEST_ARGS)
 
-# The complete tier: every test but the `slow` kill -9 trials (`make test PYTEST_ARGS="-m slow"`).
+# The complete tier: every test but the `slow` trials (`make test PYTEST_ARGS="-m slow"`).
 test-all: $(STAMP)
 	$(VENV)/bin/python -m pytest --durations=20 -m "not slow and not hosts" $(PYTEST_ARGS)
 

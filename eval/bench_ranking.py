@@ -180,6 +180,7 @@ def corpus_for(name: str, cache: Path) -> list[Path]:
 
 
 UNCACHED = False  # --uncached: no score memo, so the reranker runs for every pair and its wall time is measured
+OVER_STORE = False  # --over-store: each question asked of the whole store, its document not named
 SEEDED_SPLIT = False  # --seeded-split: also score seeded_halves apart ("tune", "held")
 GRID_MODEL: str | None = None  # --grid-model: the reranker the grid's pools and weights are tried with
 EMBED_MODEL: str | None = None  # --embed-model: another embedder (its own stores: use another --cache)
@@ -264,6 +265,13 @@ def items_for(name: str, limit: int | None = None):
         items = [i for i in items if i.evidence]
     items = items[SKIP:]
     return items[:limit] if limit else items
+
+
+def own_pages(item, rec: dict) -> dict:
+    """`rec` as scored over the store (--over-store): a source's page counts for the gold page
+    only in the question's own document."""
+    return {**rec, "contexts": [c if c["doc"] == item.doc else {**c, "page": None, "page_end": None}
+                                for c in rec.get("contexts", [])]}
 
 
 def record(item, r) -> dict:
@@ -440,8 +448,8 @@ def halves(items) -> tuple[set[str], set[str]]:
 
 KEYS = ("rank1_strict", "page_hit", "pages_all_hit", "page_hit_at_3", "gold_figure_in_prompt", "evidence_strict", "evidence_in_context", "mrr_strict", "mrr", "evidence_within_tokens", "tokens_to_evidence_mean",
         "gold_figure_at_5", "answer_numbers_in_context", "prompt_tokens_mean", "mrr_strict_any_span",
-        "any_span_within_tokens")
-SHORT = {"rank1_strict": "rank1", "page_hit": "page_in_prompt", "pages_all_hit": "all_pages", "page_hit_at_3": "page@3", "gold_figure_in_prompt": "fig_in_prompt", "mrr_strict_any_span": "mrr_any_span", "any_span_within_tokens": "any_span_N", "evidence_strict": "ev_strict", "evidence_in_context": "ev_loose", "mrr_strict": "mrr_strict", "mrr": "mrr_loose",
+        "any_span_within_tokens", "own_doc_first")
+SHORT = {"own_doc_first": "own_doc@1", "rank1_strict": "rank1", "page_hit": "page_in_prompt", "pages_all_hit": "all_pages", "page_hit_at_3": "page@3", "gold_figure_in_prompt": "fig_in_prompt", "mrr_strict_any_span": "mrr_any_span", "any_span_within_tokens": "any_span_N", "evidence_strict": "ev_strict", "evidence_in_context": "ev_loose", "mrr_strict": "mrr_strict", "mrr": "mrr_loose",
          "evidence_within_tokens": "ev_within_N", "tokens_to_evidence_mean": "tok_to_ev", "gold_figure_at_5": "fig@5",
          "answer_numbers_in_context": "fig_share_ctx", "prompt_tokens_mean": "prompt_tok", "n": "n",
          "n_with_evidence": "n_evid"}
@@ -538,6 +546,8 @@ def summarize(rows: list[dict], within: int) -> dict:
     out["rank1_strict"] = sum(r.get("evidence_rank_strict") == 1 for r in ev) / len(ev) if ev else None
     figs = [r["gold_figure_in_prompt"] for r in rows if r.get("gold_figure_in_prompt") is not None]
     out["gold_figure_in_prompt"] = sum(figs) / len(figs) if figs else None
+    own = [r["own_doc_first"] for r in rows if "own_doc_first" in r]
+    out["own_doc_first"] = sum(own) / len(own) if own else None
     return out
 
 
@@ -574,6 +584,7 @@ def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: 
     costs: list[tuple[float, int, int]] = []
     measured: list[tuple[float, float]] = []  # --uncached: each question's reranker (wall s, CPU s) as it ran
     safe = method.replace("/", "_")
+    safe += "-store" if OVER_STORE else ""
     out_path = cache / name / (f"records-{safe}.jsonl" if LEXICAL == "segments" else f"records-{safe}-{LEXICAL}.jsonl")
     sink = open(out_path, "w", encoding="utf-8") if from_records is None else None
     t0 = time.perf_counter()
@@ -581,8 +592,8 @@ def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: 
         if from_records is None:
             if memo is not None:
                 memo.reset()
-            rec = record(item, retrieve(item.question, session_for(settings), [item.doc] if item.doc else None,
-                                        generator=gen))
+            named = [item.doc] if item.doc and not OVER_STORE else None
+            rec = record(item, retrieve(item.question, session_for(settings), named, generator=gen))
             if memo is not None:
                 costs.append(memo.reset())
             if memo is None and rec.get("rerank"):
@@ -591,8 +602,11 @@ def measure(name: str, cache: Path, method: str, gen, limit: int | None, split: 
             sink.flush()
         else:
             rec = old[item.id]
-        row = score_item(item, rec, settings.generator.prompt_rate_tok_s)
+        row = score_item(item, own_pages(item, rec) if OVER_STORE else rec, settings.generator.prompt_rate_tok_s)
         row["doc"] = item.doc
+        if OVER_STORE:  # the best source from the question's own document
+            ctxs = sorted(rec.get("contexts", []), key=lambda c: c["rank"])
+            row["own_doc_first"] = bool(ctxs) and ctxs[0]["doc"] == item.doc
         if name == "sec":  # a gold figure anywhere in the prompt (the set has no pages: the figure stands for its page)
             row["gold_figure_in_prompt"] = gold_figure_in(item.answers, [c["text"] for c in rec.get("contexts", [])])
         if name == "sec":  # the question's type: single- or multi-chunk, table or text
@@ -1019,6 +1033,8 @@ def main() -> None:
     ap.add_argument("--nf-offtopic-docs", type=int, default=3, help="--not-found: documents per half asked the off-topic questions")
     ap.add_argument("--lost-where", action="store_true",
                     help="where the gold evidence is lost: in a chunk, the first stage's top 10 / 50 / all, reranked, the prompt")
+    ap.add_argument("--over-store", action="store_true",
+                    help="ask each question of the whole store, its document not named (a source's page counts in its own document only)")
     ap.add_argument("--half", choices=("tune", "held"), default=None,
                     help="only the documents of one seeded half (--seed): held = those that chose no setting")
     ap.add_argument("--nf-max-refused", type=float, default=0.01, help="--not-found: answerable share the floor may refuse (tuning half)")
@@ -1027,7 +1043,8 @@ def main() -> None:
     if args.make_cuadkept:
         make_cuadkept()
         return
-    global SKIP, EMBED_MODEL, SEEDED_SPLIT, UNCACHED, GRID_MODEL
+    global SKIP, EMBED_MODEL, SEEDED_SPLIT, UNCACHED, GRID_MODEL, OVER_STORE
+    OVER_STORE = args.over_store
     GRID_MODEL = args.grid_model
     EMBED_MODEL = args.embed_model
     UNCACHED = args.uncached

@@ -262,7 +262,7 @@ def test_a_folder_without_the_model_is_a_config_error(tmp_path, fresh_loader):
 def _ranked(settings, question: str, doc: str, **retrieve):
     from ragkit.retrieve import retrieve as run
 
-    r = run(question, _with(settings, **retrieve), [doc])
+    r = run(question, _with(settings, **retrieve), [doc] if doc else None)
     return r, sorted(r.prompt.contexts, key=lambda c: -c.score)
 
 
@@ -540,6 +540,11 @@ def test_a_question_about_a_statements_figure_gets_the_statement_through_the_sta
     assert not any("14,316" in c.text for c in off)
     assert len(on) == len(off)  # in place of a source, not beside them: the prompt's count of sources is the same
     assert {c.chunk_id for c in off} - {c.chunk_id for c in on} == {min(off, key=lambda c: c.score).chunk_id}
+    # asked of the store, the filing named by nothing: the lane reads the best source's filing
+    _, store_on = _ranked(aapl_store, q, None)
+    _, store_off = _ranked(aapl_store, q, None, statements=0)
+    assert any("| Total operating expenses | 14,316 |" in c.text for c in store_on)
+    assert not any("14,316" in c.text for c in store_off) and len(store_on) == len(store_off)
 
 
 def test_a_table_in_the_lane_does_not_lift_a_question_over_the_not_found_floor(aapl_store, monkeypatch):

@@ -156,7 +156,8 @@ def test_questions_about_other_matters_are_abstained_on_unseen_documents(unseen)
     assert found >= 0.85 * len(other), f"not_found on {found} of {len(other)}: {outcomes}"
 
 
-@pytest.mark.complete
+# in neither tier (89 s for a known shortfall; run it with `make test PYTEST_ARGS="-m slow"`)
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="the retrieval gate does not reach questions in the documents' own domain: "
                    "measured with MiniLM, 0 of 56 dataset-unanswerable questions stopped (the old 0.30 cosine gate: "
                    "0 of 56 too); they score like answerable ones, so any gate on the best score would refuse those; "

@@ -33,11 +33,14 @@ class FolderModel:
             for mod in modules:
                 cfg_path = path / mod.get("path", "") / "config.json"
                 if mod.get("type", "").endswith("Pooling") and cfg_path.exists():
-                    dim = json.loads(cfg_path.read_text()).get("word_embedding_dimension")
+                    cfg = json.loads(cfg_path.read_text())  # sentence-transformers 6 renamed the key
+                    dim = cfg.get("word_embedding_dimension") or cfg.get("embedding_dimension")
                 if mod.get("type", "").endswith("Dense"):
                     dim = None  # a projection changes the dimension: ask the model
                     break
             max_len = json.loads((path / "sentence_bert_config.json").read_text()).get("max_seq_length")
+            if max_len is None:  # sentence-transformers 6 keeps the length in the tokenizer's config
+                max_len = json.loads((path / "tokenizer_config.json").read_text()).get("model_max_length")
         except (OSError, ValueError):
             pass
         if dim is None or max_len is None or not (path / "tokenizer.json").exists():

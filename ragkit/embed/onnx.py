@@ -275,6 +275,9 @@ class OnnxEmbedder(FolderModel):
     def _load(self):
         if self._session is None:
             self._session = OnnxSession(self.onnx_path(), self.path / "tokenizer.json", self.layout, self.threads)
+            if not hasattr(self, "dim"):  # a folder whose files do not state it (FolderModel): the model's own
+                self.dim = int(self._session.encode(["dimension"]).shape[1])
+                self.max_tokens = int(self.layout["max_seq_length"]) - 2  # [CLS] and [SEP]
         return self._session
 
     def _encode(self, texts: list[str]):

@@ -81,7 +81,9 @@ def retrieve(question: str, session: "Session | Settings", docs: list[str] | Non
     cands = rank_stages(searched, qvec, cands, whole, embedder, session.settings, reranker=reranker, notes=notes)
     rinfo = notes.get("rerank")
     # the statement lane runs only where its tables can go (a prompt of retrieved sources)
-    lane = partial(_statement_lane, question, whole, reranker if rs.rerank_pool > 0 else None, rs.statements)
+    # (over the store: the filing of the best-ranked source, read whole only if the lane fires)
+    filing = whole if docs else partial(_best_filing, store, cands, selected)
+    lane = partial(_statement_lane, question, filing, reranker if rs.rerank_pool > 0 else None, rs.statements)
     t1 = time.perf_counter()
     builder = PromptBuilder(generator if generator is not None else session.tokenizer,
                             n_ctx=session.settings.generator.n_ctx, max_tokens=session.settings.generator.max_tokens)
@@ -212,15 +214,32 @@ def _with_table(builder: PromptBuilder, asked: str, prompt: Prompt, cands: list[
     return builder.build(asked, hits, doc_order=doc_order, **extra)
 
 
-def _statement_lane(question: str, whole: list[Hit] | None, reranker, most: int) -> list[Hit]:
-    """The statement lane's table chunks for `question` over the named documents (`whole`):
-    the best chunk of each statement it names or implies (ragkit/retrieve/statements.py)."""
+def _statement_lane(question: str, whole: "list[Hit] | Callable[[], list[Hit]] | None", reranker,
+                    most: int) -> list[Hit]:
+    """The statement lane's table chunks for `question` over the named documents (`whole`,
+    every chunk of them; a function giving them for a question over the store): the best
+    chunk of each statement it names or implies (ragkit/retrieve/statements.py)."""
     if whole is None or most <= 0:
         return []
     from ragkit.retrieve import statements as lane
 
     kinds = lane.asked(question, most)
-    return lane.chosen(question, lane.statements(whole, kinds), reranker) if kinds else []
+    if not kinds:
+        return []
+    chunks = whole() if callable(whole) else whole
+    return lane.chosen(question, lane.statements(chunks, kinds), reranker)
+
+
+def _best_filing(store, ranked: list[Hit], selected: list[DocRecord]) -> list[Hit]:
+    """Every chunk of the document of the best-ranked candidate: where a question over the
+    store looks for the statement it asks about. A question about one company's figures
+    names the company, and its best source is that company's filing far more often than its
+    statements are (a statement table is figures and row labels; eval/README.md "The
+    statement lane")."""
+    if not ranked:
+        return []
+    doc_id = ranked[0].meta.get("doc_id")
+    return name_hits(store.chunks([doc_id]), selected) if doc_id else []
 
 
 def _with_statements(builder: PromptBuilder, asked: str, prompt: Prompt, tables: list[Hit], doc_order: list[str],
