@@ -166,9 +166,10 @@ class RetrieveSettings(BaseModel):
     rerank_table_floor: Floor = Field(
         "model", description="the table lane's best table joins the prompt only when its cross-encoder score is at least "
         "this logit ('model': the reranker's own floor; 'off' = always)")
-    statements: int = Field(STATEMENTS_DEFAULT, ge=0, description="named filings: a question that names a primary "
+    statements: int = Field(STATEMENTS_DEFAULT, ge=0, description="a question that names a primary "
                             "financial statement, or a figure only a statement gives (capex, working capital, revenue), "
-                            "gets the best table chunk of up to this many such statements, each in place of the lowest-scored source "
+                            "gets the best table chunk of up to this many such statements of the named filing (over the "
+                            "store: of the best source's filing), each in place of the lowest-scored source "
                             "(ragkit/retrieve/statements.py); 0 = none")
     rerank_budget_s: float = Field(0.0, ge=0, description="stop scoring further batches of 16 after this many seconds "
                                    "(the best-ranked candidates are scored first); 0 = no time bound")

@@ -233,9 +233,10 @@ def _statement_lane(question: str, whole: "list[Hit] | Callable[[], list[Hit]] |
 def _best_filing(store, ranked: list[Hit], selected: list[DocRecord]) -> list[Hit]:
     """Every chunk of the document of the best-ranked candidate: where a question over the
     store looks for the statement it asks about. A question about one company's figures
-    names the company, and its best source is that company's filing far more often than its
-    statements are (a statement table is figures and row labels; eval/README.md "The
-    statement lane")."""
+    names the company, and its best source is that company's filing far more often than it
+    is the statement (financebench-dev over all 15 filings, tuning half: the own filing's
+    source first for 0.600, the gold page in the prompt 0.333 without the lane;
+    eval/README.md "The statement lane")."""
     if not ranked:
         return []
     doc_id = ranked[0].meta.get("doc_id")

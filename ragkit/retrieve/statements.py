@@ -1,7 +1,8 @@
 """The statement lane: a question about a filing that names one of its primary financial
 statements ("according to the cash flow statement", "the statement of financial position"),
 or asks for a figure only a statement gives (capital expenditure, working capital, revenue
-growth, operating margin), gets that statement's table from the named filing into the prompt.
+growth, operating margin), gets that statement's table from the named filing into the prompt
+(a question over the store: from the filing of its best-ranked source).
 
 Why a lane of its own: a 10-K of 100-500 pages holds 600-2,000 chunks, more than the
 sentence ranking reads (`retrieve.unit_pool_max`), so its first stage is the hybrid top
