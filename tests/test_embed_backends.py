@@ -70,7 +70,7 @@ def test_default_is_bf16_where_the_cpu_has_it_else_onnx_fp32_with_the_models_ide
 @pytest.mark.parametrize("backend,precision,mean_min,worst_min", [
     ("onnx", "fp32", 0.99999, 0.9999),
     ("onnx", "int8", 0.99, 0.98),
-    ("torch", "bf16", 0.999, 0.99),
+    pytest.param("torch", "bf16", 0.999, 0.99, marks=pytest.mark.complete),  # an option, not a default: complete tier
 ])
 def test_vectors_agree_with_torch_fp32(cache, texts, fp32, backend, precision, mean_min, worst_min):
     e = load_embedder(_settings(cache, backend=backend, precision=precision))
@@ -95,6 +95,7 @@ def test_vectors_agree_with_torch_fp32(cache, texts, fp32, backend, precision, m
     assert float(q @ v[5]) >= mean_min
 
 
+@pytest.mark.complete
 def test_bf16_keeps_linear_weights_in_bf16_with_the_vectors_of_autocast_over_fp32(cache, texts):
     """The bf16 embedder stores its Linear weights in bf16 once (autocast would cast them on
     every call): the vectors are bit for bit those of autocast over the fp32 weights, and
