@@ -82,7 +82,7 @@ def retrieve(question: str, session: "Session | Settings", docs: list[str] | Non
     rinfo = notes.get("rerank")
     # the statement lane runs only where its tables can go (a prompt of retrieved sources)
     # (over the store: the filing of the best-ranked source, read whole only if the lane fires)
-    filing = whole if docs else partial(_best_filing, store, cands, selected)
+    filing = (lambda: whole) if docs else partial(_best_filing, store, cands, selected)
     lane = partial(_statement_lane, question, filing, reranker if rs.rerank_pool > 0 else None, rs.statements)
     t1 = time.perf_counter()
     builder = PromptBuilder(generator if generator is not None else session.tokenizer,
@@ -214,20 +214,16 @@ def _with_table(builder: PromptBuilder, asked: str, prompt: Prompt, cands: list[
     return builder.build(asked, hits, doc_order=doc_order, **extra)
 
 
-def _statement_lane(question: str, whole: "list[Hit] | Callable[[], list[Hit]] | None", reranker,
-                    most: int) -> list[Hit]:
-    """The statement lane's table chunks for `question` over the named documents (`whole`,
-    every chunk of them; a function giving them for a question over the store): the best
-    chunk of each statement it names or implies (ragkit/retrieve/statements.py)."""
-    if whole is None or most <= 0:
+def _statement_lane(question: str, filing: Callable[[], list[Hit]], reranker, most: int) -> list[Hit]:
+    """The statement lane's table chunks for `question`: the best chunk of each statement it
+    names or implies (ragkit/retrieve/statements.py), read from `filing()`, every chunk of the
+    named documents (over the store: of the best source's filing), called only if the lane fires."""
+    if most <= 0:
         return []
     from ragkit.retrieve import statements as lane
 
     kinds = lane.asked(question, most)
-    if not kinds:
-        return []
-    chunks = whole() if callable(whole) else whole
-    return lane.chosen(question, lane.statements(chunks, kinds), reranker)
+    return lane.chosen(question, lane.statements(filing(), kinds), reranker) if kinds else []
 
 
 def _best_filing(store, ranked: list[Hit], selected: list[DocRecord]) -> list[Hit]:

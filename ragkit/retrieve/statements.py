@@ -124,7 +124,7 @@ def rows_named(asked_words: set[str], table: Hit) -> int:
 
     n = 0
     for row in table_rows(table.text):
-        words = content_words(row[0]) - {"total"} if row else set()
+        words = content_words(row[0]) - {"total"}
         n += bool(words) and words <= asked_words
     return n
 
