@@ -499,9 +499,11 @@ def lost_where(name: str, cache: Path, method: str, gen, limit: int | None, docs
             return next((k for k, cid in enumerate(order, 1) if cid in gold), None)
 
         fr, rr = rank(first), rank(reranked)
+        # the cross-encoder's pool: the first stage's first rerank_pool, and the kind lane's chunks
+        pool = set(first[: settings.retrieve.rerank_pool]) | set(r.orders.get("kinds", []))
         rows.append({"doc": item.doc, "long": len(hits) > settings.retrieve.unit_pool_max, "in_a_chunk": bool(gold),
                      "first_10": fr is not None and fr <= 10, "first_50": fr is not None and fr <= 50,
-                     "first_any": fr is not None, "reranked_10": rr is not None and rr <= 10,
+                     "first_any": fr is not None, "in_pool": bool(gold & pool), "reranked_10": rr is not None and rr <= 10,
                      "in_prompt": any(c.chunk_id in gold for c in r.prompt.contexts)})
         if n % 100 == 0:
             log(f"[{name}/{method} lost-where] {n}/{len(items)} ({time.perf_counter() - t0:.0f} s)")
@@ -515,7 +517,8 @@ def lost_where(name: str, cache: Path, method: str, gen, limit: int | None, docs
     for part, sel in parts:
         if sel:
             out[part] = {"n": len(sel), **{k: round(sum(x[k] for x in sel) / len(sel), 3) for k in
-                                           ("in_a_chunk", "first_10", "first_50", "first_any", "reranked_10", "in_prompt")}}
+                                           ("in_a_chunk", "first_10", "first_50", "first_any", "in_pool", "reranked_10",
+                                            "in_prompt")}}
     return out
 
 
@@ -526,11 +529,12 @@ def _on_page(meta: dict, page: int) -> bool:
 
 def print_lost_where(name: str, method: str, res: dict) -> None:
     print(f"{name} / {method}: gold evidence (strict rule) at each stage, share of items")
-    print("| part | n | whole in a chunk | first stage top 10 | top 50 | anywhere in it | reranked top 10 | in the prompt |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| part | n | whole in a chunk | first stage top 10 | top 50 | anywhere in it | the cross-encoder's pool "
+          "(with the kind lane) | reranked top 10 | in the prompt |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for part, f in res.items():
         print(f"| {part} | {f['n']} | {f['in_a_chunk']:.3f} | {f['first_10']:.3f} | {f['first_50']:.3f} | "
-              f"{f['first_any']:.3f} | {f['reranked_10']:.3f} | {f['in_prompt']:.3f} |")
+              f"{f['first_any']:.3f} | {f['in_pool']:.3f} | {f['reranked_10']:.3f} | {f['in_prompt']:.3f} |")
 
 
 def summarize(rows: list[dict], within: int) -> dict:

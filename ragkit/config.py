@@ -108,6 +108,14 @@ RERANK_UNITS_DEFAULT = True
 RERANK_TABLES_DEFAULT = 8
 # the statement lane (retrieve.statements): see eval/README.md "The statement lane"
 STATEMENTS_DEFAULT = 2
+# the kind lane (retrieve.kinds_lane, kinds_weight, kinds_min_similarity), chosen on the tuning halves of CUAD-10 and
+# CUAD kept (eval/bench_ranking.py --sets cuad,cuadkept --methods "kinds_lane=5+kinds_weight=2,..." --half tune; the
+# mean of the two within 2,000 tokens, then rank 1): lane 3 / 5 / 8 at weight 2: 0.832 / 0.836 / 0.810 (off 0.783);
+# the similarity 0.6 lies over every ContractNLI hypothesis (0.591 the highest: at 0.5 four fired and its tuning half
+# lost 0.883 -> 0.858 within 1,000 tokens) and under every CUAD question (0.748 the lowest). eval/README.md "The kind lane"
+KINDS_LANE_DEFAULT = 5
+KINDS_WEIGHT_DEFAULT = 2.0
+KINDS_MIN_SIMILARITY_DEFAULT = 0.6
 PACK_MARGIN_DEFAULT = 2.0
 WHOLE_MAX_TOKENS_DEFAULT: int | None = None
 PACK_PER_CHUNK_DEFAULT = 2
@@ -171,6 +179,17 @@ class RetrieveSettings(BaseModel):
                             "gets the best table chunk of up to this many such statements of the named filing (over the "
                             "store: of the best source's filing), each in place of the lowest-scored source "
                             "(ragkit/retrieve/statements.py); 0 = none")
+    kinds_model: str | None = Field("cuad-kinds", description="the kinds model of the kind lane: registry name "
+                                    "(cuad-kinds: CUAD's 41 clause kinds) or a folder `ragkit tune kinds` wrote; "
+                                    "None = no kind lane")
+    kinds_lane: int = Field(KINDS_LANE_DEFAULT, ge=0, description="named documents: a question that asks for a clause "
+                            "kind the kinds model knows also gets the N chunks of those documents the model rates "
+                            "highest for that kind in the cross-encoder's pool, from every chunk (the store's vectors) "
+                            "(ragkit/retrieve/kinds.py); 0 = none")
+    kinds_weight: float = Field(KINDS_WEIGHT_DEFAULT, ge=0, description="weight of the kind lane's order in the fusion "
+                                "after the cross-encoder (0: the lane only widens the pool)")
+    kinds_min_similarity: float = Field(KINDS_MIN_SIMILARITY_DEFAULT, description="the kind lane fires only when the "
+                                        "question's vector is at least this close (cosine) to the nearest kind's text")
     rerank_budget_s: float = Field(0.0, ge=0, description="stop scoring further batches of 16 after this many seconds "
                                    "(the best-ranked candidates are scored first); 0 = no time bound")
     rerank_abstain_below: Floor = Field(

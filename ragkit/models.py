@@ -168,7 +168,7 @@ REGISTRY: dict[str, ModelSpec] = {
         parts=(PackagedFile("ragkit", "models_data/cuad-kinds", "ragkit (reinstall it: the model ships inside the package)"),),
         files=(
             ("kinds.npz", "777061a810adef76d7e15190afc6f32799733ca700adc004bc2bb4d63713cca9"),
-            ("kinds.json", "04716ad5ac3988e07df11817233ce7dd382f63dbd8a9f928eed9985cba25c4d9"),
+            ("kinds.json", "5f2a7fff0f8ce94516c51ce53741a55de1953f58007032e2d10657f6d6e5ff5e"),
         ),
     ),
     "qwen2.5-coder-0.5b": ModelSpec(

@@ -76,8 +76,10 @@ def test_cli_ask_json_contract(nda_store):
                         env={"RAGKIT_GENERATOR__N_CTX": "2048", "RAGKIT_GENERATOR__MAX_TOKENS": "96"})
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert set(out) >= {"answer", "citations", "usage", "timings"}
+    assert set(out) >= {"answer", "citations", "usage", "timings", "outcome", "abstained", "passages"}
     assert isinstance(out["answer"], str) and out["answer"]
+    assert out["outcome"] in ("supported", "unverified", "not_found") and out["abstained"] == (out["outcome"] == "not_found")
+    assert all({"quote", "doc", "page", "section"} <= set(p) for p in out["passages"])
     assert set(out["usage"]) == {"prompt_tokens", "completion_tokens", "cached_tokens"}
     assert set(out["timings"]) >= {"retrieve_s", "prompt_s", "generate_s"}
     assert out["usage"]["prompt_tokens"] + 96 <= 2048

@@ -6,7 +6,6 @@ real Chroma store, the PyPI embedder, the default GGUF generating."""
 
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 
 import pytest
@@ -253,13 +252,9 @@ def test_bonterms_backup_question_shows_the_retention_sentence_never_do_not_say(
         assert r.citations and all(c.inferred for c in r.citations)
     else:
         assert any(RETAIN in s.quote for c in r.claims if c.supported for s in c.citations), [c.to_json() for c in r.claims]
-    # the command says the same, in its JSON and in the terminal
+    # the command says the same in the terminal (its --json, the same result object:
+    # tests/test_ask.py::test_cli_ask_json_contract; one generation less here, 35 s of CI)
     env = {"RAGKIT_GENERATOR__N_CTX": "3072", "RAGKIT_GENERATOR__MAX_TOKENS": "320"}
-    res = runner.invoke(app, ["ask", BACKUP, "--doc", BONTERMS, "--store", str(nda_store.store), "--json"], env=env)
-    assert res.exit_code == 0, res.output
-    out = json.loads(res.stdout)
-    assert out["outcome"] == r.outcome and out["abstained"] is False and "do not say" not in out["answer"].lower()
-    assert [p["quote"] for p in out["passages"]] == [p.quote for p in r.passages]
     text = runner.invoke(app, ["ask", BACKUP, "--doc", BONTERMS, "--store", str(nda_store.store)], env=env)
     assert text.exit_code == 0 and "do not say" not in text.stdout.lower(), text.stdout
     if r.outcome == "unverified":

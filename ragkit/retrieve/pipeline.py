@@ -78,7 +78,9 @@ def retrieve(question: str, session: "Session | Settings", docs: list[str] | Non
         whole = [h for h in whole if h.meta.get("kind") != "comment"] if whole is not None else None
     best_similarity, calibration = _similarity_gate(session, store, embedder, qvec, selected, all_live=not docs)
     notes: dict = {}
-    cands = rank_stages(searched, qvec, cands, whole, embedder, session.settings, reranker=reranker, notes=notes)
+    kinds = _kind_lane(session, qvec, selected) if docs and rs.kinds_lane > 0 and reranker is not None else []
+    cands = rank_stages(searched, qvec, cands, whole, embedder, session.settings, reranker=reranker, notes=notes,
+                        kinds=kinds)
     rinfo = notes.get("rerank")
     # the statement lane runs only where its tables can go (a prompt of retrieved sources)
     # (over the store: the filing of the best-ranked source, read whole only if the lane fires)
@@ -125,6 +127,27 @@ def _search(session: "Session", store, searched: str, qvec, docs: list[str] | No
 
     selected, cands, whole = store.read_consistent(search)
     return selected, name_hits(cands, selected), (name_hits(whole, selected) if whole is not None else None)
+
+
+def _kind_lane(session: "Session", qvec, selected: list[DocRecord]) -> list[str]:
+    """The kind lane's chunk ids (ragkit/retrieve/kinds.py): when the question asks for a clause
+    kind the kinds model knows, the `kinds_lane` chunks of each named document the model rates
+    highest for it, read from the vectors the store holds (the model's own embedder's only)."""
+    from ragkit.retrieve.kinds import kind_asked, kind_lane, session_kinds_model
+
+    rs = session.settings.retrieve
+    model = session_kinds_model(session)
+    if model is None or qvec is None or session.embedder.name != model.embedder:  # its weights read that space only
+        return []
+    kind, similarity = kind_asked(model, qvec, session)
+    if kind is None or similarity < rs.kinds_min_similarity:
+        return []
+    out: list[str] = []
+    for rec in selected:
+        got = session.store.vectors(rec.doc_id, rec.n_chunks)
+        if got is not None:
+            out += kind_lane(model, kind, got[0], got[1], rs.kinds_lane)
+    return out
 
 
 def _similarity_gate(session: "Session", store, embedder, qvec, selected: list[DocRecord], *,
@@ -305,12 +328,14 @@ def _abstain_why(prompt: Prompt, settings: Settings, calibration, rerank: "Reran
 
 
 def rank_stages(question: str, qvec, cands: list[Hit], whole: list[Hit] | None, embedder, settings: Settings, *,
-                reranker=None, notes: dict | None = None) -> list[Hit]:
+                reranker=None, notes: dict | None = None, kinds: list[str] | None = None) -> list[Hit]:
     """The ranking stages after hybrid search (ragkit/retrieve/rank.py): the best sentence
     or heading of each candidate (over every chunk of the named documents when they are
     small enough), then the cross-encoder over the first `rerank_pool` of that order fused
     with it (ragkit/retrieve/rerank.py; its RerankInfo goes to `notes["rerank"]`), then the
-    opening rule, then near-duplicates dropped."""
+    opening rule, then near-duplicates dropped. `kinds`: the kind lane's chunk ids (of the
+    named documents, `whole`), best first: those outside the pool join it, and with
+    `kinds_weight` their order is fused with the others after the cross-encoder."""
     from ragkit.retrieve import rank
 
     rs = settings.retrieve
@@ -322,11 +347,23 @@ def rank_stages(question: str, qvec, cands: list[Hit], whole: list[Hit] | None, 
     if notes is not None:
         notes.setdefault("orders", {})["first_stage"] = [h.id for h in cands]
     if reranker is not None and cands and rs.rerank_pool > 0:
-        from ragkit.retrieve.rerank import rerank_hits
+        from ragkit.retrieve.rerank import fuse_lane, rerank_hits
 
-        cands, info = rerank_hits(question, cands, reranker, pool=rs.rerank_pool, weight=rs.rerank_weight, k=rs.rrf_k,
+        pool = rs.rerank_pool
+        if kinds and whole is not None:  # the kind lane's chunks join the pool, right after its first `pool`
+            by_id = {h.id: h for h in whole}
+            head = {h.id for h in cands[:pool]}
+            extra = [by_id[i] for i in dict.fromkeys(kinds) if i in by_id and i not in head]
+            taken = {h.id for h in extra}
+            cands = cands[:pool] + extra + [h for h in cands[pool:] if h.id not in taken]
+            pool += len(extra)
+            if notes is not None:
+                notes["orders"]["kinds"] = list(kinds)
+        cands, info = rerank_hits(question, cands, reranker, pool=pool, weight=rs.rerank_weight, k=rs.rrf_k,
                                   budget_s=rs.rerank_budget_s, by_units=rs.rerank_units,
                                   tables=rs.rerank_tables if whole is not None else 0)
+        if kinds and rs.kinds_weight > 0:
+            cands = fuse_lane(cands, list(dict.fromkeys(kinds)), rs.kinds_weight, rs.rrf_k)
         if notes is not None:
             notes["rerank"] = info
             notes["orders"]["reranked"] = [h.id for h in cands]

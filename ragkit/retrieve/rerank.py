@@ -33,6 +33,15 @@ def fuse(order: list[str], scores: dict[str, float], weight: float, k: int = 60)
     return sorted(fused, key=lambda t: -t[1])  # sorted() is stable
 
 
+def fuse_lane(ranked: list[Hit], lane: list[str], weight: float, k: int = 60) -> list[Hit]:
+    """`ranked` (scored by a fusion) with a lane's order of some of its ids fused in: each id
+    at rank r of `lane` gains `weight/(k + r)`. Best first; ties keep the earlier order."""
+    at = {i: r for r, i in enumerate(lane, 1)}
+    out = [Hit(id=h.id, text=h.text, meta=h.meta, score=h.score + (weight / (k + at[h.id]) if h.id in at else 0.0))
+           for h in ranked]
+    return sorted(out, key=lambda h: -h.score)
+
+
 def passage_text(h: Hit) -> str:
     """What the cross-encoder reads for a chunk: its clause heading (the leaf of its
     section path) before its text, as the embedder reads it, unless the text starts with it."""

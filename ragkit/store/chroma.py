@@ -462,6 +462,19 @@ class ChromaStore:
             hits += [Hit(id=i, text=t, meta=m, score=0.0) for i, t, m in zip(got["ids"], got["documents"], got["metadatas"])]
         return sorted(hits, key=lambda h: (h.meta.get("doc_id", ""), int(h.meta.get("chunk_index", 0))))
 
+    def vectors(self, doc_id: str, n_chunks: int | None = None):
+        """(chunk ids, vectors n x dim as float32) of one document: from its sidecar, else
+        Chroma; None when neither holds them."""
+        import numpy as np
+
+        got = self.sidecars.vectors(doc_id) if self.ensure_sidecar(doc_id, n_chunks) else None
+        if got is not None:
+            return list(got[0]), got[1]
+        rows = self.col.get(where={"doc_id": doc_id}, include=["embeddings"])
+        if not rows["ids"] or rows.get("embeddings") is None:
+            return None
+        return list(rows["ids"]), np.asarray(rows["embeddings"], dtype=np.float32)
+
     # --- embedding cache (helper I) ---
     # A chunk record carries `text_hash` (ragkit.ingest.embcache.text_hash: the embedder's
     # identity and the exact text it embedded). The vector lives in the same record as its

@@ -72,6 +72,20 @@ def held_out_names(files: list[Path]) -> set[str]:
     return out
 
 
+def kind_texts() -> dict[str, str]:
+    """Each CUAD kind's own text, as retrieval's kind lane matches a question to it
+    (ragkit.retrieve.kinds.kind_asked): its title and CUAD's description, the parenthesis of
+    CUAD's question ("Governing Law: Which state/country's law governs the interpretation of
+    the contract?")."""
+    from ragkit.tune.reranker import CUAD_QUESTIONS
+
+    out = {}
+    for title, q in json.loads(CUAD_QUESTIONS.read_text(encoding="utf-8"))["questions"].items():
+        inner = q[q.find("(") + 1 : q.rfind(")")] if "(" in q and ")" in q else ""
+        out[_slug(title)] = " ".join(f"{title}: {inner}".split()) if inner else title
+    return out
+
+
 def labelled_units(master: Path, held: set[str]) -> tuple[list[str], list[tuple[str, str, set[str]]], int, int]:
     """(kinds, [(contract, unit, its kinds)], contracts read, contracts held out) from CUAD's
     master_clauses.csv, read as `ragkit tune reranker` reads it (ragkit.tune.reranker.read_cuad:
@@ -161,7 +175,8 @@ def tune_kinds(master: Path, out: Path, session, opts: KindsOptions, *, held_out
     out.mkdir(parents=True, exist_ok=True)
     np.savez(out / "kinds.npz", W=W, b=b)
     card = {
-        "kinds": kinds, "embedder": opts.embedder, "floor": None, "fitted_model_sha256": None,
+        "kinds": kinds, "texts": {k: t for k, t in kind_texts().items() if k in kinds},
+        "embedder": opts.embedder, "floor": None, "fitted_model_sha256": None,
         "options": {"seed": opts.seed, "negatives": opts.negatives, "c": opts.c, "min_units": opts.min_units},
         "source": Path(master).name, "licence": LICENCE, "contracts": n_docs, "held_out_contracts": n_held,
         "units": len(units), "units_of_a_kind": len(pos), "negatives_drawn": len(drawn), "negatives_total": len(neg),
