@@ -8,8 +8,10 @@ any unit within `pack_margin` logits of the best unit of the whole pool, and wit
 `pack_opening` the chunk's first sentence. A chunk whose best unit is more than `pack_drop`
 logits under the pool's best is left out (once `pack_min_sources` sources are kept), so a
 confident ranking packs fewer sources; an excerpt keeping more than `pack_keep_share` of its
-chunk goes in as the whole chunk. A chunk the cross-encoder did not read (beyond its pool)
-and a table go in whole.
+chunk goes in as the whole chunk. A chunk the cross-encoder did not read (beyond its pool),
+a table, and a document's opening for a question about its title, parties or date go in
+whole (a preamble is one long sentence of names and addresses: its best-rated units are
+"each a Party and, together, the Parties", not the names).
 
 Figures: eval/README.md "Prompts packed from units", from eval/bench_ranking.py.
 """
@@ -22,9 +24,10 @@ from ragkit.store import Hit
 
 def pack_units(hits: list[Hit], units: dict[str, list[tuple[str, float]]], *, margin: float, per_chunk: int,
                clause_words: int, drop: float | None = None, min_sources: int = 3, opening: bool = False,
-               keep_share: float = 1.0) -> list[Hit]:
+               keep_share: float = 1.0, whole: set[str] | None = None) -> list[Hit]:
     """`hits` (ranked, best first) with each text cut to its chosen units; the hits
-    `drop` leaves out are gone. `units`: chunk id -> (unit, cross-encoder score) in text order."""
+    `drop` leaves out are gone. `units`: chunk id -> (unit, cross-encoder score) in text order.
+    `whole`: chunk ids that go in whole whatever their units' scores."""
     scored = [s for us in units.values() for _, s in us]
     if not scored:
         return hits
@@ -32,7 +35,7 @@ def pack_units(hits: list[Hit], units: dict[str, list[tuple[str, float]]], *, ma
     out: list[Hit] = []
     for h in hits:
         us = units.get(h.id)
-        if not us or h.meta.get("kind") == "table":
+        if not us or h.meta.get("kind") == "table" or h.id in (whole or ()):
             out.append(h)
             continue
         top = max(s for _, s in us)

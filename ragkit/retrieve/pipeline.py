@@ -189,10 +189,14 @@ def _pack(builder: PromptBuilder, question: str, cands: list[Hit], whole: list[H
         # (a question asking for the clause is answered by quoting it, not generated: no
         # prefill to save, and its quote is chosen from the whole chunks)
         from ragkit.retrieve.packing import pack_units
+        from ragkit.retrieve.rank import OPENING_CHUNKS, asks_for_opening
 
+        # a question about the title, parties or date reads the opening whole (opening_first put it first)
+        opening = ({h.id for h in packed if int(h.meta.get("chunk_index", OPENING_CHUNKS)) < OPENING_CHUNKS}
+                   if named and rs.opening_first and asks_for_opening(question) else set())
         packed = pack_units(packed, rerank.units, margin=rs.pack_margin, per_chunk=rs.pack_per_chunk,
                            clause_words=rs.pack_clause_words, drop=rs.pack_drop, min_sources=rs.pack_min_sources,
-                           opening=rs.pack_opening, keep_share=rs.pack_keep_share)
+                           opening=rs.pack_opening, keep_share=rs.pack_keep_share, whole=opening)
     prompt = builder.build(asked, packed, whole=whole, doc_order=doc_order, whole_max=rs.whole_max_tokens, **extra)
     if prompt.mode == "retrieved":
         # keep at most top_k sources: every token of prefill costs time

@@ -166,7 +166,10 @@ def asks_for_opening(question: str) -> bool:
     return bool(_OPENING.search(question))
 
 
-def opening_first(question: str, ranked: list[Hit], pool: list[Hit] | None, n_first: int = 2) -> list[Hit]:
+OPENING_CHUNKS = 2  # a document's opening: its first chunks (a filing's exhibit legend, then the preamble)
+
+
+def opening_first(question: str, ranked: list[Hit], pool: list[Hit] | None, n_first: int = OPENING_CHUNKS) -> list[Hit]:
     """For a question about a document's title, parties or date, the first `n_first` chunks
     of each document in `pool` (the named documents' chunks) go first: the opening is often
     a filing's exhibit legend before the preamble. The rest keep their order."""
