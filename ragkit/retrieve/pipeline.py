@@ -365,7 +365,8 @@ def rank_stages(question: str, qvec, cands: list[Hit], whole: list[Hit] | None, 
                 notes["orders"]["kinds"] = list(kinds)
         cands, info = rerank_hits(question, cands, reranker, pool=pool, weight=rs.rerank_weight, k=rs.rrf_k,
                                   budget_s=rs.rerank_budget_s, by_units=rs.rerank_units,
-                                  tables=rs.rerank_tables if whole is not None else 0)
+                                  tables=rs.rerank_tables if whole is not None else 0,
+                                  added={h.id for h in cands[rs.rerank_pool:pool]})
         if kinds and rs.kinds_weight > 0:
             cands = fuse_lane(cands, list(dict.fromkeys(kinds)), rs.kinds_weight, rs.rrf_k)
         if notes is not None:

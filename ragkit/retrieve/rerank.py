@@ -116,14 +116,15 @@ def table_lane(ranked: list[Hit], pool: int, n: int) -> list[Hit]:
 
 def rerank_hits(query: str, ranked: list[Hit], reranker: Reranker, *, pool: int, weight: float, k: int = 60,
                 budget_s: float = 0.0, batch: int = 16, by_units: bool = False,
-                tables: int = 0) -> tuple[list[Hit], RerankInfo]:
+                tables: int = 0, added: set[str] | None = None) -> tuple[list[Hit], RerankInfo]:
     """Score the first `pool` of `ranked` with `reranker` (in batches of `batch` chunks,
     best-ranked first, stopping once `budget_s` seconds are spent when it is > 0) and fuse
     with the current order (`fuse`). `by_units`: a chunk scores as its best sentence or list
     item (`passage_units`) instead of as a whole. `tables`: also score that many table chunks
     from beyond the pool (`table_lane`), each by its digest (`table_digest`), so a statement
     table the hybrid stages ranked low can still rise (and the best of them gets a place in the
-    prompt: `ragkit.retrieve.pipeline.retrieve`). Every hit comes back, scored by its
+    prompt: `ragkit.retrieve.pipeline.retrieve`). `added`: ids in the pool that the kind lane
+    added, left out of the pool's best. Every hit comes back, scored by its
     fused score, so later stages and the prompt's "best first" read the fused order."""
     head = ranked[: max(pool, 0)]
     lane = table_lane(ranked, pool, tables)
@@ -160,7 +161,9 @@ def rerank_hits(query: str, ranked: list[Hit], reranker: Reranker, *, pool: int,
     # the not_found floor (retrieve.rerank_abstain_below) reads the pool's best only: a table of
     # the lane is scored by its digest, not as a passage, and has a floor of its own
     # (retrieve.rerank_table_floor) for its place beside the top_k sources
-    pooled = [scores[h.id] for h in head if h.id in scores]
+    # (nor the kind lane's chunks, `added`: the floor was fitted on the first stage's pool, and a
+    # contract that lacks a kind still has chunks the kinds model rates highest for it)
+    pooled = [scores[h.id] for h in head if h.id in scores and h.id not in (added or ())]
     info = RerankInfo(backend=getattr(reranker, "name", type(reranker).__name__), pool=len(head) + len(lane), scored=len(scores),
                       best=max(pooled) if pooled else None, cpu_s=time.process_time() - c0,
                       wall_s=time.perf_counter() - w0, scores=scores, pairs=pairs, tables=tables,
