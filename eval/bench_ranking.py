@@ -289,6 +289,7 @@ def record(item, r) -> dict:
              "page_end": c.page_end, "section": c.section, "score": c.score, "tokens": c.tokens, "chunk_id": c.chunk_id,
              "ce": ce.get(c.chunk_id), "text": c.text} for c in ctxs],
         "citations": [], "invalid_citations": [], "timings": dict(r.timings),
+        "routed": {"names": list(r.routed), "documents": [d.name for d in r.docs]} if getattr(r, "routed", None) else None,
     }
 
 

@@ -190,6 +190,9 @@ class RetrieveSettings(BaseModel):
                                 "after the cross-encoder (0: the lane only widens the pool)")
     kinds_min_similarity: float = Field(KINDS_MIN_SIMILARITY_DEFAULT, description="the kind lane fires only when the "
                                         "question's vector is at least this close (cosine) to the nearest kind's text")
+    route: bool = Field(True, description="a question asked of the whole store that names documents by who or what "
+                        "they are (a company or party in their opening or file name, rare in the store) is searched "
+                        "in those documents, as if named (ragkit/retrieve/route.py); false = always the whole store")
     rerank_budget_s: float = Field(0.0, ge=0, description="stop scoring further batches of 16 after this many seconds "
                                    "(the best-ranked candidates are scored first); 0 = no time bound")
     rerank_abstain_below: Floor = Field(

@@ -91,10 +91,14 @@ class AskResult:
     answer_kind: str = "generated"
     unverified_reason: str | None = None  # why the model's answer is not verified (outcome unverified)
     findings: list[DocumentAnswer] = field(default_factory=list)  # a question over several documents: one per document
+    # a question over the store that named documents by who they are (ragkit/retrieve/route.py):
+    # the documents searched and the question's names that chose them
+    routed: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
     def from_retrieval(cls, r: Retrieval) -> "AskResult":
-        return cls(question=r.question, prompt=r.prompt, timings=dict(r.timings))
+        routed = {"documents": [d.name for d in r.docs], "names": list(r.routed)} if r.routed else {}
+        return cls(question=r.question, prompt=r.prompt, timings=dict(r.timings), routed=routed)
 
     def source_notes(self, c: Citation) -> list[str]:
         """A citation's notes (`Context.notes_for`): a reviewer's comment, unaccepted changes."""
@@ -114,6 +118,7 @@ class AskResult:
             "model_answer": self.model_answer,
             "unverified_reason": self.unverified_reason,
             "findings": [f.to_json() for f in self.findings],
+            "routed": self.routed or None,
             # kept for compatibility: abstained is true for not_found only
             "abstained": self.abstained,
             "abstain_reason": self.abstain_reason,

@@ -96,6 +96,9 @@ def register(app: typer.Typer) -> None:
             return
         sys.stdout.write(gate.finish(display_text(result, show_model=live)))  # the rest, once checked
         sys.stdout.write("\n\n")
+        if result.routed:
+            out.print(f"[dim]searched {', '.join(result.routed['documents'])}: the question names "
+                      f"{', '.join(result.routed['names'])} (retrieve.route)[/]", highlight=False)
         if result.citations and result.outcome != "unverified":  # unverified: the passages are in the answer above
             out.print("[bold]Sources[/]")
             for c in result.citations:

@@ -40,11 +40,16 @@ class KindsModel:
     name: str | None = None
     texts: dict[str, str] = field(default_factory=dict)  # kind -> what it is ("Governing Law: Which state's law ...")
 
-    def logits(self, vectors) -> "object":
-        """units x kinds logits for unit vectors (units x dim)."""
+    def logits(self, vectors, kind: str | None = None) -> "object":
+        """units x kinds logits for unit vectors (units x dim); with `kind`, that kind's column
+        alone (one dot product per unit)."""
         import numpy as np
 
-        return np.asarray(vectors, dtype=np.float32) @ self.W.T + self.b
+        v = np.asarray(vectors, dtype=np.float32)
+        if kind is None:
+            return v @ self.W.T + self.b
+        j = self.kinds.index(kind)
+        return v @ self.W[j] + self.b[j]
 
 
 def load_kinds_model(name_or_path: str, session: "Session") -> KindsModel:
@@ -116,6 +121,5 @@ def kind_lane(model: KindsModel, kind: str, ids: list[str], vectors, n: int) -> 
 
     if n <= 0 or not ids or kind not in model.kinds:
         return []
-    j = model.kinds.index(kind)
-    col = np.asarray(vectors, dtype=np.float32) @ model.W[j] + model.b[j]
+    col = model.logits(vectors, kind)
     return [ids[i] for i in np.argsort(-col, kind="stable")[:n]]

@@ -43,6 +43,9 @@ class Retrieval:
     # the candidates in their final order (after the reranker), with their metadata: what a
     # review reads its findings from (the reranker's unit scores name chunks by id)
     ranked: list[Hit] = field(default_factory=list)
+    # a question over the store that named documents (ragkit/retrieve/route.py): the names that
+    # chose them (`docs` holds the documents); empty when the whole store was searched or docs were named
+    routed: list[str] = field(default_factory=list)
 
 
 def retrieve(question: str, session: "Session | Settings", docs: list[str] | None = None, *, generator=None,
@@ -72,24 +75,25 @@ def retrieve(question: str, session: "Session | Settings", docs: list[str] | Non
     rs = session.settings.retrieve
     searched = question if rs.search_instructions else search_query(question)  # less its answer-format sentences
     qvec = embedder.embed_query(searched) if rs.mode in ("hybrid", "dense") else None
-    selected, cands, whole = _search(session, store, searched, qvec, docs)
+    selected, cands, whole, routed = _search(session, store, question, searched, qvec, docs)
+    named = whole is not None  # named documents, or those a question over the store names
     if contract_text:
         cands = [h for h in cands if h.meta.get("kind") != "comment"]
         whole = [h for h in whole if h.meta.get("kind") != "comment"] if whole is not None else None
-    best_similarity, calibration = _similarity_gate(session, store, embedder, qvec, selected, all_live=not docs)
+    best_similarity, calibration = _similarity_gate(session, store, embedder, qvec, selected, all_live=not named)
     notes: dict = {}
-    kinds = _kind_lane(session, qvec, selected) if docs and rs.kinds_lane > 0 and reranker is not None else []
+    kinds = _kind_lane(session, qvec, selected) if named and rs.kinds_lane > 0 and reranker is not None else []
     cands = rank_stages(searched, qvec, cands, whole, embedder, session.settings, reranker=reranker, notes=notes,
                         kinds=kinds)
     rinfo = notes.get("rerank")
     # the statement lane runs only where its tables can go (a prompt of retrieved sources)
     # (over the store: the filing of the best-ranked source, read whole only if the lane fires)
-    filing = (lambda: whole) if docs else partial(_best_filing, store, cands, selected)
+    filing = (lambda: whole) if named else partial(_best_filing, store, cands, selected)
     lane = partial(_statement_lane, question, filing, reranker if rs.rerank_pool > 0 else None, rs.statements)
     t1 = time.perf_counter()
     builder = PromptBuilder(generator if generator is not None else session.tokenizer,
                             n_ctx=session.settings.generator.n_ctx, max_tokens=session.settings.generator.max_tokens)
-    prompt = _pack(builder, question, cands, whole, selected, rs, named=bool(docs), rerank=rinfo, statements=lane,
+    prompt = _pack(builder, question, cands, whole, selected, rs, named=named, rerank=rinfo, statements=lane,
                    extra={"context": context, "reserve": context_reserve})
     t2 = time.perf_counter()
     prompt.best_similarity = best_similarity
@@ -98,13 +102,14 @@ def retrieve(question: str, session: "Session | Settings", docs: list[str] | Non
         timings.update(rerank_s=rinfo.wall_s, rerank_cpu_s=rinfo.cpu_s)
     why = _abstain_why(prompt, session.settings, calibration, rinfo)
     return Retrieval(question=question, prompt=prompt, docs=selected, abstain_reason=why, timings=timings, rerank=rinfo,
-                     orders=notes.get("orders", {}), ranked=cands)
+                     orders=notes.get("orders", {}), ranked=cands, routed=routed)
 
 
-def _search(session: "Session", store, searched: str, qvec, docs: list[str] | None) -> tuple:
-    """The documents searched (`docs` when named, else all), the hybrid search's candidates
-    and, for named documents, every chunk of them, read from one consistent state of the
-    store and named by a record that holds them now."""
+def _search(session: "Session", store, question: str, searched: str, qvec, docs: list[str] | None) -> tuple:
+    """The documents searched (`docs` when named, else those the question names by who or
+    what they are, else all), the hybrid search's candidates and, for named or routed
+    documents, every chunk of them, read from one consistent state of the store and named by
+    a record that holds them now; and the names that routed (empty when none did)."""
     settings = session.settings
     rs = settings.retrieve
 
@@ -113,6 +118,15 @@ def _search(session: "Session", store, searched: str, qvec, docs: list[str] | No
             raise StoreError(f"the store at {settings.store_url or settings.store} holds no documents",
                              hint="run `ragkit ingest PATH` first")
         selected = resolve_docs(records, docs or [])
+        routed: list[str] = []
+        if not docs and rs.route:
+            from ragkit.retrieve.route import openings, route
+
+            chosen, routed = route(question, records, openings(session, records))
+            selected = chosen or selected
+        # routed documents are searched as named ones, each represented (searching several as the
+        # store is, within them, was measured: SEC tuning half 0.941 -> 0.882, eval/README.md "Routing")
+        named = bool(docs) or bool(routed)
         lexical = None
         if rs.mode in ("hybrid", "bm25"):
             from ragkit.store.lexical_backend import open_lexical
@@ -120,13 +134,13 @@ def _search(session: "Session", store, searched: str, qvec, docs: list[str] | No
             lexical = open_lexical(settings, store, [r.doc_id for r in records], memo=session.memo("lexical"))
         cands = hybrid_search(
             store, searched, qvec, selected, rs.candidates, mode=rs.mode, lexical=lexical, rrf_k=rs.rrf_k,
-            per_doc=bool(docs), all_docs=not docs, bm25_weight=rs.bm25_weight,
+            per_doc=named, all_docs=not named, bm25_weight=rs.bm25_weight,
         )
-        whole = store.chunks(sorted({d.doc_id for d in selected})) if docs else None
-        return selected, cands, whole
+        whole = store.chunks(sorted({d.doc_id for d in selected})) if named else None
+        return selected, cands, whole, routed
 
-    selected, cands, whole = store.read_consistent(search)
-    return selected, name_hits(cands, selected), (name_hits(whole, selected) if whole is not None else None)
+    selected, cands, whole, routed = store.read_consistent(search)
+    return selected, name_hits(cands, selected), (name_hits(whole, selected) if whole is not None else None), routed
 
 
 def _kind_lane(session: "Session", qvec, selected: list[DocRecord]) -> list[str]:
@@ -354,10 +368,11 @@ def rank_stages(question: str, qvec, cands: list[Hit], whole: list[Hit] | None, 
         from ragkit.retrieve.rerank import fuse_lane, rerank_hits
 
         pool = rs.rerank_pool
+        kinds = list(dict.fromkeys(kinds or []))
         if kinds and whole is not None:  # the kind lane's chunks join the pool, right after its first `pool`
             by_id = {h.id: h for h in whole}
             head = {h.id for h in cands[:pool]}
-            extra = [by_id[i] for i in dict.fromkeys(kinds) if i in by_id and i not in head]
+            extra = [by_id[i] for i in kinds if i in by_id and i not in head]
             taken = {h.id for h in extra}
             cands = cands[:pool] + extra + [h for h in cands[pool:] if h.id not in taken]
             pool += len(extra)
@@ -368,7 +383,7 @@ def rank_stages(question: str, qvec, cands: list[Hit], whole: list[Hit] | None, 
                                   tables=rs.rerank_tables if whole is not None else 0,
                                   added={h.id for h in cands[rs.rerank_pool:pool]})
         if kinds and rs.kinds_weight > 0:
-            cands = fuse_lane(cands, list(dict.fromkeys(kinds)), rs.kinds_weight, rs.rrf_k)
+            cands = fuse_lane(cands, kinds, rs.kinds_weight, rs.rrf_k)
         if notes is not None:
             notes["rerank"] = info
             notes["orders"]["reranked"] = [h.id for h in cands]
