@@ -3,7 +3,7 @@ who they are is searched in those documents."""
 
 from __future__ import annotations
 
-from ragkit.retrieve.route import names_in, route
+from ragkit.retrieve.route import names_in, periods_in, route
 from ragkit.store import DocRecord
 
 
@@ -13,8 +13,8 @@ def _rec(name: str) -> DocRecord:
 
 
 FILINGS = {
-    "VERIZON_2021_10K.pdf": "FORM 10-K Verizon Communications Inc. (Exact name of registrant) New York Stock Exchange VZ",
-    "VERIZON_2022_10K.pdf": "FORM 10-K Verizon Communications Inc. (Exact name of registrant) fiscal year 2022",
+    "VERIZON_2021_10K.pdf": "FORM 10-K For the fiscal year ended December 31, 2021 Verizon Communications Inc. New York, New York",
+    "VERIZON_2022_10K.pdf": "FORM 10-K For the fiscal year ended December 31, 2022 Verizon Communications Inc.",
     "GENERALMILLS_2020_10K.pdf": "FORM 10-K GENERAL MILLS, INC. Number One General Mills Boulevard Minneapolis",
     "PEPSICO_2022_10K.pdf": "FORM 10-K PepsiCo, Inc. 700 Anderson Hill Road Purchase, New York",
     "AMD_2015_10K.pdf": "FORM 10-K ADVANCED MICRO DEVICES, INC. One AMD Place Sunnyvale, California",
@@ -26,8 +26,16 @@ def test_a_question_naming_a_company_routes_to_its_filings_and_one_naming_none_t
     records = [_rec(n) for n in FILINGS]
     openings = {r.doc_id: FILINGS[r.name] for r in records}
 
-    got, names = route("Is Verizon a capital intensive business based on FY 2022 data?", records, openings)
+    got, names = route("Is Verizon a capital intensive business?", records, openings)
     assert [r.name for r in got] == ["VERIZON_2021_10K.pdf", "VERIZON_2022_10K.pdf"] and names == ["Verizon"]
+    # of a company's filings, the period the question names (its cover's fiscal year)
+    got, names = route("Is Verizon a capital intensive business based on FY 2022 data?", records, openings)
+    assert [r.name for r in got] == ["VERIZON_2022_10K.pdf"] and names == ["Verizon", "FY 2022"]
+    # both years named: both filings; a year neither holds narrows nothing
+    got, _ = route("Has Verizon's debt grown between 2021 and 2022?", records, openings)
+    assert len(got) == 2
+    got, _ = route("What will Verizon pay its retirees in 2024?", records, openings)
+    assert len(got) == 2
     # a company written as two words is found in its cover page, and its file name's one word
     got, names = route("What is General Mills's FY2020 working capital ratio?", records, openings)
     assert [r.name for r in got] == ["GENERALMILLS_2020_10K.pdf"] and "General Mills" in names
@@ -37,6 +45,8 @@ def test_a_question_naming_a_company_routes_to_its_filings_and_one_naming_none_t
     assert route("What was the total revenue growth rate?", records, openings) == ([], [])
     # a capital opening a sentence names nothing ("Corning" is a company, but here it opens the question)
     assert names_in("Corning fiber. Has Pepsico reported restructuring?") == [("pepsico", "Pepsico", False)]
+    assert periods_in("the Q3 2022 report, the first quarter of fiscal 2023, FY2021") == [
+        ("2022", "2022"), ("2023", "fiscal 2023"), ("2021", "FY2021"), ("q3", "Q3"), ("q1", "first quarter")]
     # a store of two documents is never routed
     assert route("Is Verizon a capital intensive business?", records[:2], openings) == ([], [])
 

@@ -10,6 +10,10 @@ that is found in the openings or names of at most a third of the store's documen
 company, a party, a product, a quarter in a file name. The documents holding the most of
 those names, weighted by how rare each is in the store, are searched; none are when no
 word is that rare, so a question that names nothing is asked of the whole store as before.
+When several documents hold them (a company's filings), the years and quarters the question
+names ("FY 2021", "Q3 2022", "the first quarter of 2023") keep those of them whose openings
+or names hold the most of those periods (a cover gives its period: "For the fiscal year
+ended December 31, 2021"); a period all of them hold, or none, keeps them all.
 
 A long store of filings from many companies is where it pays: over the 15 financebench
 filings the first stage reads the whole store's candidates, most from other companies'
@@ -31,7 +35,7 @@ OPENING = 3  # chunks of a document's opening read for its names (a 10-K's cover
 MAX_SHARE = 1 / 3  # a name is a word found in at most this share of the store's documents
 MIN_DOCS = 3  # a store of fewer documents is not routed (no word can be rare in it)
 
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9&]*")
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9&]*|(?<!\d)(?:19|20)\d\d(?!\d)")  # words, and years
 
 
 def words(text: str) -> set[str]:
@@ -89,7 +93,48 @@ def route(question: str, records: list["DocRecord"], openings: dict[str, str]) -
     chosen = [r for r in records if scores.get(r.doc_id, 0.0) >= best - 1e-9]
     if len(chosen) >= n:
         return [], []
-    return chosen, list(dict.fromkeys(w for r in chosen for w in used[r.doc_id]))
+    names = list(dict.fromkeys(w for r in chosen for w in used[r.doc_id]))
+    if len(chosen) > 1:  # a company's filings: the period the question names, when some of them hold it
+        chosen, more = _narrow(question, chosen, known)
+        names += [w for w in more if w not in names]
+    return chosen, names
+
+
+def periods_in(question: str) -> list[tuple[str, str]]:
+    """The years and quarters a question names: (the key matched, as written). "FY2022",
+    "FY 2022" and "fiscal 2022" give 2022; "Q3" and "third quarter" give q3."""
+    out: dict[str, str] = {}
+    for m in re.finditer(r"\b(?:FY\s?|fiscal\s+(?:year\s+)?)?((?:19|20)\d\d)\b", question, re.I):
+        out.setdefault(m.group(1), m.group(0))
+    for m in re.finditer(r"\bQ([1-4])\b|\b(first|second|third|fourth)\s+quarter\b", question, re.I):
+        q = m.group(1) or str(_ORDINAL[m.group(2).lower()])
+        out.setdefault(f"q{q}", m.group(0))
+    return list(out.items())
+
+
+_ORDINAL = {"first": 1, "second": 2, "third": 3, "fourth": 4}
+
+
+def _narrow(question: str, chosen: list["DocRecord"], known: dict[str, set[str]]) -> tuple[list["DocRecord"], list[str]]:
+    """Of several routed documents, those holding the most of the years and quarters the
+    question names (in their openings or file names: a filing's cover gives its period,
+    "For the quarterly period ended June 25, 2022"), each weighted by its rarity among them;
+    a period every one of them holds, or none, does not narrow."""
+    n = len(chosen)
+    scores: dict[str, float] = {}
+    used: dict[str, list[str]] = {}
+    for key, shown in periods_in(question):
+        holders = [r.doc_id for r in chosen if key in known[r.doc_id]]
+        if not holders or len(holders) >= n:
+            continue
+        for d in holders:
+            scores[d] = scores.get(d, 0.0) + math.log(n / len(holders))
+            used.setdefault(d, []).append(shown)
+    if not scores:
+        return chosen, []
+    best = max(scores.values())
+    narrowed = [r for r in chosen if scores.get(r.doc_id, 0.0) >= best - 1e-9]
+    return narrowed, list(dict.fromkeys(w for r in narrowed for w in used[r.doc_id]))
 
 
 def openings(session: "Session", records: list["DocRecord"]) -> dict[str, str]:
