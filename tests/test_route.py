@@ -55,7 +55,7 @@ def test_a_question_over_the_store_naming_one_nda_is_answered_from_it(nda_store)
     """The seven sample NDAs: a question that names Bonterms is searched in Bonterms' NDA alone
     (the sources and the answer's JSON say so); the demo's question, which names no document,
     and the same question with `retrieve.route` off, are searched over all seven."""
-    from ragkit.answer.ask import AskResult
+    from ragkit.answer.ask import ABSTAIN_TEXT, AskResult, display_text
     from ragkit.retrieve import retrieve
     from ragkit.session import Session
 
@@ -64,11 +64,18 @@ def test_a_question_over_the_store_naming_one_nda_is_answered_from_it(nda_store)
     r = retrieve(q, session)
     assert r.routed == ["Bonterms"] and [d.name for d in r.docs] == ["bonterms-mutual-nda-v1.pdf"]
     assert r.prompt.contexts and {c.doc for c in r.prompt.contexts} == {"bonterms-mutual-nda-v1.pdf"}
-    assert AskResult.from_retrieval(r).to_json()["routed"] == {"documents": ["bonterms-mutual-nda-v1.pdf"],
-                                                               "names": ["Bonterms"]}
+    res = AskResult.from_retrieval(r)
+    assert res.to_json()["routed"] == {"documents": ["bonterms-mutual-nda-v1.pdf"], "names": ["Bonterms"]}
+    # a not_found answer speaks for the documents searched, and says so (not for the store)
+    res.outcome, res.answer = "not_found", ABSTAIN_TEXT
+    assert display_text(res).startswith(ABSTAIN_TEXT + "\n\nSearched bonterms-mutual-nda-v1.pdf only: the question "
+                                        "names Bonterms")
 
     demo = retrieve("How long do the confidentiality obligations survive after the agreement ends?", session)
     assert demo.routed == [] and len(demo.docs) == 7 and AskResult.from_retrieval(demo).to_json()["routed"] is None
+    whole_store = AskResult.from_retrieval(demo)
+    whole_store.outcome, whole_store.answer = "not_found", ABSTAIN_TEXT
+    assert display_text(whole_store) == ABSTAIN_TEXT
 
     off = nda_store.model_copy(update={"retrieve": nda_store.retrieve.model_copy(update={"route": False})})
     whole = retrieve(q, session.with_settings(off))

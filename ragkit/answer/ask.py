@@ -525,9 +525,20 @@ def display_text(result: AskResult, show_model: bool = True) -> str:
         model = None  # the model's refusal is not shown: the outcome says what the sources hold
     if result.outcome == "unverified":
         return (f"{model}\n\n" if model else "") + unsupported_note(result) + result.answer
+    scope = f"\n\n{routed_note(result)}" if result.outcome == "not_found" and result.routed else ""
     if result.outcome == "not_found" and model:
-        return f"{model}\n\n{NOT_SUPPORTED_NOTE}{ABSTAIN_TEXT}"
-    return result.answer
+        return f"{model}\n\n{NOT_SUPPORTED_NOTE}{ABSTAIN_TEXT}{scope}"
+    return result.answer + scope
+
+
+def routed_note(result: AskResult) -> str:
+    """Which documents a routed question searched, and why: a not_found answer speaks for
+    them, not for the store ("" when the question was not routed)."""
+    if not result.routed:
+        return ""
+    return (f"Searched {', '.join(result.routed['documents'])} only: the question names "
+            f"{', '.join(result.routed['names'])} (name a document with --doc, or set retrieve.route "
+            f"= false, to search otherwise).")
 
 
 def unsupported_note(result: AskResult) -> str:

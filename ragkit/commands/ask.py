@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
 
         with command_errors(as_json):
             settings = settings_for(store, profile)
-            from ragkit.answer.ask import StreamGate, display_text
+            from ragkit.answer.ask import StreamGate, display_text, routed_note
 
             live = settings.retrieve.show_unverified  # else the answer is printed once it is checked
             gate = StreamGate(hold_all=not live)
@@ -96,9 +96,8 @@ def register(app: typer.Typer) -> None:
             return
         sys.stdout.write(gate.finish(display_text(result, show_model=live)))  # the rest, once checked
         sys.stdout.write("\n\n")
-        if result.routed:
-            out.print(f"[dim]searched {', '.join(result.routed['documents'])}: the question names "
-                      f"{', '.join(result.routed['names'])} (retrieve.route)[/]", highlight=False)
+        if result.routed and result.outcome != "not_found":  # not_found: the answer above says it
+            out.print(f"[dim]{escape(routed_note(result))}[/]", highlight=False)
         if result.citations and result.outcome != "unverified":  # unverified: the passages are in the answer above
             out.print("[bold]Sources[/]")
             for c in result.citations:

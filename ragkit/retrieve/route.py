@@ -75,8 +75,9 @@ def route(question: str, records: list["DocRecord"], openings: dict[str, str]) -
     n = len(records)
     if n < MIN_DOCS:
         return [], []
-    in_name = {r.doc_id: name_words(r.name) for r in records}
-    known = {r.doc_id: words(openings.get(r.doc_id, "")) | in_name[r.doc_id] for r in records}
+    # by record (a key): one content ingested under two file names is two records of one doc_id
+    in_name = {r.key: name_words(r.name) for r in records}
+    known = {r.key: words(openings.get(r.doc_id, "")) | in_name[r.key] for r in records}
     scores: dict[str, float] = {}
     used: dict[str, list[str]] = {}
     for key, shown, pair in names_in(question):
@@ -90,10 +91,10 @@ def route(question: str, records: list["DocRecord"], openings: dict[str, str]) -
     if not scores:
         return [], []
     best = max(scores.values())
-    chosen = [r for r in records if scores.get(r.doc_id, 0.0) >= best - 1e-9]
+    chosen = [r for r in records if scores.get(r.key, 0.0) >= best - 1e-9]
     if len(chosen) >= n:
         return [], []
-    names = list(dict.fromkeys(w for r in chosen for w in used[r.doc_id]))
+    names = list(dict.fromkeys(w for r in chosen for w in used[r.key]))
     if len(chosen) > 1:  # a company's filings: the period the question names, when some of them hold it
         chosen, more = _narrow(question, chosen, known)
         names += [w for w in more if w not in names]
@@ -124,7 +125,7 @@ def _narrow(question: str, chosen: list["DocRecord"], known: dict[str, set[str]]
     scores: dict[str, float] = {}
     used: dict[str, list[str]] = {}
     for key, shown in periods_in(question):
-        holders = [r.doc_id for r in chosen if key in known[r.doc_id]]
+        holders = [r.key for r in chosen if key in known[r.key]]
         if not holders or len(holders) >= n:
             continue
         for d in holders:
@@ -133,8 +134,8 @@ def _narrow(question: str, chosen: list["DocRecord"], known: dict[str, set[str]]
     if not scores:
         return chosen, []
     best = max(scores.values())
-    narrowed = [r for r in chosen if scores.get(r.doc_id, 0.0) >= best - 1e-9]
-    return narrowed, list(dict.fromkeys(w for r in narrowed for w in used[r.doc_id]))
+    narrowed = [r for r in chosen if scores.get(r.key, 0.0) >= best - 1e-9]
+    return narrowed, list(dict.fromkeys(w for r in narrowed for w in used[r.key]))
 
 
 def openings(session: "Session", records: list["DocRecord"]) -> dict[str, str]:
