@@ -3,7 +3,7 @@ who they are is searched in those documents."""
 
 from __future__ import annotations
 
-from ragkit.retrieve.route import names_in, periods_in, route
+from ragkit.retrieve.route import names_in, periods_in, route, words
 from ragkit.store import DocRecord
 
 
@@ -24,7 +24,7 @@ FILINGS = {
 
 def test_a_question_naming_a_company_routes_to_its_filings_and_one_naming_none_to_none():
     records = [_rec(n) for n in FILINGS]
-    openings = {r.doc_id: FILINGS[r.name] for r in records}
+    openings = {r.doc_id: words(FILINGS[r.name]) for r in records}
 
     got, names = route("Is Verizon a capital intensive business?", records, openings)
     assert [r.name for r in got] == ["VERIZON_2021_10K.pdf", "VERIZON_2022_10K.pdf"] and names == ["Verizon"]

@@ -68,16 +68,16 @@ def names_in(question: str) -> list[tuple[str, str, bool]]:
     return list(out.values())
 
 
-def route(question: str, records: list["DocRecord"], openings: dict[str, str]) -> tuple[list["DocRecord"], list[str]]:
+def route(question: str, records: list["DocRecord"], openings: dict[str, set[str]]) -> tuple[list["DocRecord"], list[str]]:
     """The documents `question` names and the names that chose them (as the question writes
-    them); ([], []) when it names none or names every document. `openings`: doc_id -> its
-    opening text."""
+    them); ([], []) when it names none or names every document. `openings`: doc_id -> the
+    words of its opening (`words`)."""
     n = len(records)
     if n < MIN_DOCS:
         return [], []
     # by record (a key): one content ingested under two file names is two records of one doc_id
     in_name = {r.key: name_words(r.name) for r in records}
-    known = {r.key: words(openings.get(r.doc_id, "")) | in_name[r.key] for r in records}
+    known = {r.key: openings.get(r.doc_id, set()) | in_name[r.key] for r in records}
     scores: dict[str, float] = {}
     used: dict[str, list[str]] = {}
     for key, shown, pair in names_in(question):
@@ -138,14 +138,15 @@ def _narrow(question: str, chosen: list["DocRecord"], known: dict[str, set[str]]
     return narrowed, list(dict.fromkeys(w for r in narrowed for w in used[r.key]))
 
 
-def openings(session: "Session", records: list["DocRecord"]) -> dict[str, str]:
-    """doc_id -> the text of its first `OPENING` chunks, read once per session and document
-    version (a doc_id is its content's hash)."""
+def openings(session: "Session", records: list["DocRecord"]) -> dict[str, set[str]]:
+    """doc_id -> the words of its first `OPENING` chunks, read once per session and document
+    version (a doc_id is its content's hash), so a question reads no text."""
     memo = session.memo("route-openings")
     want = [r for r in records if r.doc_id not in memo]
     if want:
         ids = [f"{r.doc_id}:{i:05d}" for r in want for i in range(min(OPENING, r.n_chunks))]  # ids as ingest writes them
         got = session.store.hits(ids, {r.doc_id: r.n_chunks for r in want})
         for r in want:
-            memo[r.doc_id] = " ".join(got[i].text for i in (f"{r.doc_id}:{k:05d}" for k in range(OPENING)) if i in got)
+            memo[r.doc_id] = words(" ".join(got[i].text for i in (f"{r.doc_id}:{k:05d}" for k in range(OPENING))
+                                            if i in got))
     return {r.doc_id: memo[r.doc_id] for r in records}
