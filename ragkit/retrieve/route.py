@@ -43,8 +43,10 @@ def words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)}
 
 
-def name_words(name: str) -> set[str]:
-    """The lowercased words of a file name (split at "_", "-", "." and spaces)."""
+def file_words(name: str) -> set[str]:
+    """The lowercased words of a file name (split at "_", "-", "." and spaces), not stemmed and
+    two letters kept: not `ragkit.evidence.words.name_words`, which stems and drops words under
+    three letters, and a file name's quarter ("2023 Q1 AAPL.pdf") is two."""
     return words(re.sub(r"[_\W]+", " ", name))
 
 
@@ -76,7 +78,7 @@ def route(question: str, records: list["DocRecord"], openings: dict[str, set[str
     if n < MIN_DOCS:
         return [], []
     # by record (a key): one content ingested under two file names is two records of one doc_id
-    in_name = {r.key: name_words(r.name) for r in records}
+    in_name = {r.key: file_words(r.name) for r in records}
     known = {r.key: openings.get(r.doc_id, set()) | in_name[r.key] for r in records}
     scores: dict[str, float] = {}
     used: dict[str, list[str]] = {}
